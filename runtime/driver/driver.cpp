@@ -149,4 +149,14 @@ DeviceInfo device_info(CUdevice dev) {
   return info;
 }
 
+const DeviceInfo& cached_device_info(CUdevice dev) {
+  constexpr int kMaxCached = 64;
+  static std::once_flag once[kMaxCached];
+  static DeviceInfo infos[kMaxCached];
+  if (dev < 0 || dev >= kMaxCached)
+    throw Error(ErrorKind::kDriver, fmt::format("device ordinal {} out of range", static_cast<int>(dev)));
+  std::call_once(once[dev], [&] { infos[dev] = device_info(dev); });
+  return infos[dev];
+}
+
 }  // namespace attnjit::driver

@@ -94,6 +94,9 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(CUdevice dev);
 
+// device_info() read once per device and kept (launch paths need the SM count).
+const DeviceInfo& cached_device_info(CUdevice dev);
+
 }  // namespace attnjit::driver
 
 // ATTNJIT_CU(cuFoo(args...)) → calls through the loaded table and checks the result.

@@ -1,0 +1,70 @@
+#pragma once
+// Reading an op's config from JSON with errors that name the field: unknown fields,
+// wrong types and unknown enum names are all refused (a typo in a manifest must not
+// silently fall back to a default).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "attnjit/error.hpp"
+#include "attnjit/types.hpp"
+
+namespace attnjit::ops {
+
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& j, std::string op) : j_(j), op_(std::move(op)) {
+    if (!j_.is_object())
+      fail_config(op_ + " config", fmt::format("must be a JSON object, got {}", j_.dump()));
+  }
+
+  int get_int(const char* field, int fallback) {
+    const nlohmann::json* v = take(field);
+    if (!v) return fallback;
+    if (!v->is_number_integer())
+      fail_config(where(field), fmt::format("must be an integer, got {}", v->dump()));
+    return v->get<int>();
+  }
+
+  DType get_dtype(const char* field, DType fallback) {
+    const nlohmann::json* v = take(field);
+    if (!v) return fallback;
+    auto d = v->is_string() ? parse_dtype(v->get<std::string>()) : std::nullopt;
+    if (!d)
+      fail_config(where(field),
+                  fmt::format("unknown dtype {} (bf16, f16, f32, e4m3, e5m2, i32, u8)", v->dump()));
+    return *d;
+  }
+
+  Swizzle get_swizzle(const char* field, Swizzle fallback) {
+    const nlohmann::json* v = take(field);
+    if (!v) return fallback;
+    auto s = v->is_string() ? parse_swizzle(v->get<std::string>()) : std::nullopt;
+    if (!s)
+      fail_config(where(field), fmt::format("unknown swizzle {} (none, 32B, 64B, 128B)", v->dump()));
+    return *s;
+  }
+
+  // Call last: any field not read is unknown.
+  void finish() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!seen_.count(it.key()))
+        fail_config(where(it.key().c_str()), "unknown field");
+  }
+
+ private:
+  const nlohmann::json* take(const char* field) {
+    seen_.insert(field);
+    auto it = j_.find(field);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  std::string where(const char* field) const { return fmt::format("{} config field '{}'", op_, field); }
+
+  const nlohmann::json& j_;
+  std::string op_;
+  std::set<std::string> seen_;
+};
+
+}  // namespace attnjit::ops

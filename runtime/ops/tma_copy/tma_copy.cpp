@@ -1,0 +1,271 @@
+// Host side of tma_copy: config validation/JSON, the registry entry, and the launch.
+#include "attnjit/ops/tma_copy.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "attnjit/error.hpp"
+#include "attnjit/tma.hpp"
+#include "driver/driver.hpp"
+#include "ops/config_json.hpp"
+#include "ops/registry.hpp"
+
+namespace attnjit {
+namespace {
+
+constexpr int kMaxSmemPerBlock = 232448;  // sm_90 / sm_100 opt-in limit (227 KiB)
+constexpr int kSmemPerSm = 233472;        // 228 KiB per SM, of which 1 KiB per block is reserved
+constexpr int kThreads = 32;              // one warp; one elected lane drives the copy engine
+
+int box_inner_bytes(const TmaCopyConfig& c) {
+  return c.swizzle == Swizzle::kNone ? c.block_n * dtype_bytes(c.dtype) : swizzle_bytes(c.swizzle);
+}
+int tile_bytes(const TmaCopyConfig& c) { return c.block_m * c.block_n * dtype_bytes(c.dtype); }
+
+// The binary key: int fields only, so the struct has no padding.
+struct Key {
+  int32_t dtype, block_m, block_n, stages, swizzle;
+};
+Key key_of(const TmaCopyConfig& c) {
+  return {static_cast<int32_t>(c.dtype), c.block_m, c.block_n, c.stages,
+          static_cast<int32_t>(c.swizzle)};
+}
+
+std::string cxx_dtype(DType d) {
+  switch (d) {
+    case DType::kBF16: return "attnjit::DType::kBF16";
+    case DType::kF16: return "attnjit::DType::kF16";
+    case DType::kF32: return "attnjit::DType::kF32";
+    case DType::kE4M3: return "attnjit::DType::kE4M3";
+    case DType::kE5M2: return "attnjit::DType::kE5M2";
+    case DType::kI32: return "attnjit::DType::kI32";
+    case DType::kU8: return "attnjit::DType::kU8";
+  }
+  return "?";
+}
+std::string cxx_swizzle(Swizzle s) {
+  switch (s) {
+    case Swizzle::kNone: return "attnjit::Swizzle::kNone";
+    case Swizzle::k32B: return "attnjit::Swizzle::k32B";
+    case Swizzle::k64B: return "attnjit::Swizzle::k64B";
+    case Swizzle::k128B: return "attnjit::Swizzle::k128B";
+  }
+  return "?";
+}
+
+jit::KernelRecipe recipe_of(const TmaCopyConfig& c, Arch arch) {
+  jit::KernelRecipe r;
+  r.source.op = "tma_copy";
+  r.source.header = "tma_copy/tma_copy.cuh";
+  r.source.kernel = "attnjit::tma_copy::kernel";
+  r.source.params_type = "attnjit::tma_copy::Params";
+  r.source.args = {
+      {"dtype", cxx_dtype(c.dtype)},
+      {"block_m", std::to_string(c.block_m)},
+      {"block_n", std::to_string(c.block_n)},
+      {"stages", std::to_string(c.stages)},
+      {"swizzle", cxx_swizzle(c.swizzle)},
+  };
+  r.source.config_json = c.to_json();
+  r.options.arch = arch;
+  r.dynamic_smem_bytes = c.dynamic_smem_bytes();
+  return r;
+}
+
+Arch arch_of(const driver::DeviceInfo& info) {
+  return Arch{info.cc_major, info.cc_minor, true};
+}
+
+void check_arch(Arch arch) {
+  if (!(arch == kSm90a || arch == kSm100a))
+    fail_config("tma_copy", fmt::format("not built for {} (supported: sm_90a, sm_100a)", arch.name()));
+}
+
+const jit::Kernel& kernel_for(const TmaCopyConfig& c, Arch arch) {
+  return jit::get_kernel(jit::make_key(ops::kTmaCopyOpId, arch, key_of(c)), [&] {
+    c.validate();
+    check_arch(arch);
+    return recipe_of(c, arch);
+  });
+}
+
+}  // namespace
+
+void TmaCopyConfig::validate() const {
+  auto bad = [](const char* field, const std::string& rule) {
+    fail_config(fmt::format("tma_copy config field '{}'", field), rule);
+  };
+  const int eb = dtype_bytes(dtype);
+  if (eb == 0) bad("dtype", "unknown dtype");
+  if (block_m < 8 || block_m > 256 || block_m % 8 != 0)
+    bad("block_m", fmt::format("must be a multiple of 8 in 8..256 (TMA box limit), got {}", block_m));
+  if (block_n <= 0) bad("block_n", fmt::format("must be positive, got {}", block_n));
+  const int row = block_n * eb;
+  if (row % 16 != 0)
+    bad("block_n", fmt::format("a tile row must be a multiple of 16 bytes: {} x {} B = {} B",
+                               block_n, eb, row));
+  if (swizzle == Swizzle::kNone && block_n > 256)
+    bad("block_n", fmt::format("without swizzle one box spans the row, at most 256 elements, got {}",
+                               block_n));
+  if (swizzle != Swizzle::kNone && row % swizzle_bytes(swizzle) != 0)
+    bad("block_n", fmt::format("a {} tile row must be whole {}-byte spans: {} B", to_string(swizzle),
+                               swizzle_bytes(swizzle), row));
+  if (stages < 1 || stages > 16) bad("stages", fmt::format("must be 1..16, got {}", stages));
+  if (static_cast<int>(dynamic_smem_bytes()) > kMaxSmemPerBlock)
+    bad("stages", fmt::format("{} stages x {} B tiles need {} B of shared memory, over the {} B "
+                              "a block may use",
+                              stages, tile_bytes(*this), dynamic_smem_bytes(), kMaxSmemPerBlock));
+}
+
+unsigned TmaCopyConfig::dynamic_smem_bytes() const {
+  // Mirrors SharedStorage<P> + realignment slack in kernel_templates/tma_copy/tma_copy.cuh;
+  // the kernel traps if the launch gives it less.
+  const int ring = stages * tile_bytes(*this);
+  const int barriers = stages * 8;
+  const int storage = (ring + barriers + 1023) / 1024 * 1024;  // alignas(1024) struct size
+  return static_cast<unsigned>(storage + 1024);
+}
+
+std::string TmaCopyConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["dtype"] = std::string(to_string(dtype));
+  j["block_m"] = block_m;
+  j["block_n"] = block_n;
+  j["stages"] = stages;
+  j["swizzle"] = std::string(to_string(swizzle));
+  return j.dump();
+}
+
+TmaCopyConfig TmaCopyConfig::from_json(std::string_view text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail_config("tma_copy config", fmt::format("invalid JSON: {}", e.what()));
+  }
+  ops::ConfigReader r(j, "tma_copy");
+  TmaCopyConfig d;
+  TmaCopyConfig c;
+  c.dtype = r.get_dtype("dtype", d.dtype);
+  c.block_m = r.get_int("block_m", d.block_m);
+  c.block_n = r.get_int("block_n", d.block_n);
+  c.stages = r.get_int("stages", d.stages);
+  c.swizzle = r.get_swizzle("swizzle", d.swizzle);
+  r.finish();
+  c.validate();
+  return c;
+}
+
+std::string TmaCopyConfig::describe() const {
+  return fmt::format("{} {}x{} s{} {}", to_string(dtype), block_m, block_n, stages,
+                     to_string(swizzle));
+}
+
+TmaCopyConfig tma_copy_default_config(DType dtype) {
+  // 128 rows × 256 bytes per tile as two 128B-swizzled boxes; 4 stages (128 KiB) keep
+  // ~96 KiB of loads in flight per SM, well past bandwidth × latency / SMs.
+  TmaCopyConfig c;
+  c.dtype = dtype;
+  c.block_m = 128;
+  c.block_n = 256 / dtype_bytes(dtype);
+  c.stages = 4;
+  c.swizzle = Swizzle::k128B;
+  return c;
+}
+
+void tma_copy_prepare(const TmaCopyConfig& config) {
+  const CUdevice dev = driver::current_device();
+  kernel_for(config, arch_of(driver::cached_device_info(dev))).prepare_current_device();
+}
+
+void tma_copy(const TensorView& dst, const TensorView& src, CUstream stream,
+              const TmaCopyConfig* config) {
+  check_rank(src, "src", 2);
+  check_rank(dst, "dst", 2);
+  check_dtype(dst, "dst", src.dtype);
+  check_same_shape(src, "src", dst, "dst");
+  check_same_device(src, "src", dst, "dst");
+  const int64_t rows = src.shape[0], cols = src.shape[1];
+  if (rows > INT32_MAX || cols > INT32_MAX)
+    fail_arg("src", fmt::format("dimensions must fit in int32 (TMA coordinates), got {}",
+                                src.describe()));
+  const TmaCopyConfig c = config ? *config : tma_copy_default_config(src.dtype);
+  if (c.dtype != src.dtype && dtype_bytes(c.dtype) != dtype_bytes(src.dtype))
+    fail_arg("config", fmt::format("dtype {} does not match the tensors' {}", to_string(c.dtype),
+                                   to_string(src.dtype)));
+  c.validate();
+  // Tensor-map rules are checked here, before anything touches the driver.
+  TmaMapSpec src_spec;
+  src_spec.tensor = src;
+  src_spec.box[0] = static_cast<uint32_t>(c.block_m);
+  src_spec.box[1] = static_cast<uint32_t>(box_inner_bytes(c) / dtype_bytes(c.dtype));
+  src_spec.swizzle = c.swizzle;
+  src_spec.l2_promotion = TmaL2Promotion::k256B;
+  TmaMapSpec dst_spec = src_spec;
+  dst_spec.tensor = dst;
+  if (rows == 0 || cols == 0) return;  // nothing to move; no launch
+  validate_tma(src_spec, "src");
+  validate_tma(dst_spec, "dst");
+
+  const CUdevice dev = driver::current_device();
+  const driver::DeviceInfo& info = driver::cached_device_info(dev);
+  if (src.device != static_cast<int>(dev))
+    fail_arg("src", fmt::format("lives on device {} but the current device is {}", src.device,
+                                static_cast<int>(dev)));
+  const jit::Kernel& kernel = kernel_for(c, arch_of(info));
+  const TmaDescriptor src_map = encode_tma(src_spec, "src");
+  const TmaDescriptor dst_map = encode_tma(dst_spec, "dst");
+
+  int rows32 = static_cast<int>(rows), cols32 = static_cast<int>(cols);
+  const int64_t tiles = ((rows + c.block_m - 1) / c.block_m) * ((cols + c.block_n - 1) / c.block_n);
+  const int per_sm = std::max(1, std::min(16, kSmemPerSm / (static_cast<int>(kernel.dynamic_smem_bytes()) + 1024)));
+  jit::LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{info.sm_count} * per_sm));
+  shape.block[0] = kThreads;
+  shape.dynamic_smem = kernel.dynamic_smem_bytes();
+  void* args[] = {const_cast<TmaDescriptor*>(&src_map), const_cast<TmaDescriptor*>(&dst_map),
+                  &rows32, &cols32};
+  kernel.launch(shape, stream, args);
+}
+
+namespace ops {
+
+OpSpec tma_copy_op_spec() {
+  OpSpec op;
+  op.name = "tma_copy";
+  op.id = kTmaCopyOpId;
+  op.summary = "2-D copy through shared memory with TMA loads/stores (bandwidth probe)";
+  op.fields = {
+      {"dtype", "bf16, f16, f32, e4m3, e5m2, i32, u8", "\"bf16\"", "element type"},
+      {"block_m", "8..256, multiple of 8", "128", "tile rows (one TMA box's outer extent)"},
+      {"block_n", "row = whole swizzle spans; <= 256 without swizzle", "256 B / element",
+       "tile columns (elements)"},
+      {"stages", "1..16, ring within 227 KiB", "4", "shared-memory pipeline depth"},
+      {"swizzle", "none, 32B, 64B, 128B", "\"128B\"", "smem swizzle of each box"},
+  };
+  op.archs = {kSm90a, kSm100a};
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (DType d : {DType::kBF16, DType::kE4M3}) {
+      for (Swizzle s : {Swizzle::kNone, Swizzle::k32B, Swizzle::k64B, Swizzle::k128B}) {
+        TmaCopyConfig c = tma_copy_default_config(d);
+        c.swizzle = s;
+        set.push_back(nlohmann::json::parse(c.to_json()));
+      }
+    }
+    return set;
+  };
+  op.canonicalize = [](const nlohmann::json& j) {
+    return nlohmann::json::parse(TmaCopyConfig::from_json(j.dump()).to_json());
+  };
+  op.recipe = [](const nlohmann::json& j, Arch arch) {
+    check_arch(arch);
+    return recipe_of(TmaCopyConfig::from_json(j.dump()), arch);
+  };
+  return op;
+}
+
+}  // namespace ops
+}  // namespace attnjit

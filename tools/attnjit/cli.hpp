@@ -1,0 +1,29 @@
+#pragma once
+// Shared pieces of the attnjit CLI's subcommands.
+#include <map>
+#include <string>
+
+namespace attnjit::cli {
+
+// "rows=4096,cols=1024,dtype=bf16" → {{"rows","4096"}, ...}; throws naming a bad item.
+std::map<std::string, std::string> parse_shape(const std::string& text);
+
+struct BenchOptions {
+  std::string op;
+  std::string shape;   // k=v,...
+  std::string config;  // JSON; empty = heuristic
+  int iters = 50;
+  int warmup = 5;
+  bool json = false;
+};
+
+// Runs `attnjit bench`; returns the process exit code.
+int run_bench(const BenchOptions& opts);
+
+// Runs `attnjit demo`; returns the process exit code.
+int run_demo();
+
+// The commit this binary was built from ($ATTNJIT_COMMIT overrides).
+std::string commit();
+
+}  // namespace attnjit::cli
