@@ -46,7 +46,9 @@ void validate_tma(const TmaMapSpec& spec, const char* name);
 // validate_tma, then cuTensorMapEncodeTiled. Needs the driver.
 TmaDescriptor encode_tma(const TmaMapSpec& spec, const char* name);
 
-// Bytes one box occupies in shared memory (product of box extents × element size).
+// Bytes one box occupies in shared memory: per dimension ceil(box / element stride)
+// (the innermost stride of a non-interleaved map is ignored, as the driver does) ×
+// element size — the expect-tx byte count of one load.
 int64_t tma_box_bytes(const TmaMapSpec& spec);
 
 }  // namespace attnjit

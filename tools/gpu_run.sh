@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU machine's one command: build, run every [gpu] test (a skip is a failure
+# here), run the benchmarks, and write logs + results.json to an output directory.
+#
+#   tools/gpu_run.sh [OUT_DIR]        (default: $OUT, else ./out)
+#
+# Environment: ATTNJIT_COMMIT (recorded when the tree has no .git), BUILD_DIR
+# (default build-gpu), ATTNJIT_BENCH=0 to skip the benchmarks, TEST_FILTER (Catch2
+# filter for the GPU tests, default "[gpu]").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR="${1:-${OUT:-$PWD/out}}"
+mkdir -p "$OUT_DIR"
+BUILD_DIR="${BUILD_DIR:-build-gpu}"
+export ATTNJIT_COMMIT="${ATTNJIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
+export ATTNJIT_REQUIRE_GPU=1 ATTNJIT_REQUIRE_SASS=1
+export ATTNJIT_CACHE_DIR="${ATTNJIT_CACHE_DIR:-$PWD/$BUILD_DIR/kernel-cache}"
+status=0
+
+echo "== GPU"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT_DIR/gpu.txt"
+
+echo "== build ($BUILD_DIR)"
+start=$(date +%s)
+if ! { cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build "$BUILD_DIR" -j "$(nproc)"; } >"$OUT_DIR/build.log" 2>&1; then
+  tail -50 "$OUT_DIR/build.log"
+  echo "BUILD FAILED"
+  python3 tools/summarize_results.py "$OUT_DIR" --build-failed
+  exit 1
+fi
+echo "built in $(( $(date +%s) - start )) s"
+
+echo "== tests"
+# CPU cases too: they prove the build with this machine's Catch2/CLI11 versions.
+"$BUILD_DIR/tests/attnjit_tests" "~[gpu]" -r junit -o "$OUT_DIR/tests-cpu.xml" >"$OUT_DIR/tests-cpu.log" 2>&1 || status=1
+"$BUILD_DIR/tests/attnjit_tests" "${TEST_FILTER:-[gpu]}" -r junit -o "$OUT_DIR/tests-gpu.xml" >"$OUT_DIR/tests-gpu.log" 2>&1 || status=1
+
+if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
+  echo "== benchmarks"
+  bench() { "$BUILD_DIR/attnjit" bench "$@" --json >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench $* failed"; status=1; }; }
+  : >"$OUT_DIR/bench.jsonl"
+  bench dispatch
+  for dt in bf16 e4m3; do
+    bench tma_copy --shape rows=16384,cols=16384,dtype=$dt
+  done
+  for sw in none 32B 64B 128B; do
+    bench tma_copy --shape rows=16384,cols=8192,dtype=bf16 --config "{\"swizzle\":\"$sw\",\"block_n\":128}"
+  done
+  for cfg in '{"block_m":64,"block_n":256,"stages":4}' '{"block_m":128,"block_n":64,"stages":6}' \
+             '{"block_m":256,"block_n":64,"stages":4}' '{"block_m":128,"block_n":128,"stages":3}' \
+             '{"block_m":64,"block_n":64,"stages":8}'; do
+    bench tma_copy --shape rows=16384,cols=8192,dtype=bf16 --config "$cfg"
+  done
+fi
+
+python3 tools/summarize_results.py "$OUT_DIR" || status=1
+exit $status

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Summarize a gpu_run.sh output directory into results.json and a short table.
+
+Counts passed/failed/skipped test cases from the Catch2 JUnit files (a case whose
+output says SKIPPED counts as skipped, and any skip fails the run), and collects the
+benchmark JSON lines."""
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def junit_counts(path):
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "failures": []}
+    if not os.path.exists(path):
+        counts["failed"] += 1
+        counts["failures"].append(f"{os.path.basename(path)} missing (the test binary crashed?)")
+        return counts
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        counts["failed"] += 1
+        counts["failures"].append(f"{os.path.basename(path)} unreadable: {e}")
+        return counts
+    for case in root.iter("testcase"):
+        name = f"{case.get('classname')}/{case.get('name')}"
+        bad = case.findall("failure") + case.findall("error")
+        text = " ".join((c.text or "") for c in case.iter() if c.tag in ("system-out", "system-err"))
+        if bad:
+            counts["failed"] += 1
+            msg = (bad[0].get("message") or "") + " " + (bad[0].text or "")
+            counts["failures"].append(f"{name}: {msg.strip()[:400]}")
+        elif case.findall("skipped") or "SKIPPED" in text:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return counts
+
+
+def main():
+    out = sys.argv[1]
+    build_failed = "--build-failed" in sys.argv
+    gpu = open(os.path.join(out, "gpu.txt")).read().strip() if os.path.exists(os.path.join(out, "gpu.txt")) else "?"
+    results = {"gpu": gpu, "commit": os.environ.get("ATTNJIT_COMMIT", "unknown"),
+               "build_failed": build_failed, "tests": {}, "benchmarks": []}
+    ok = not build_failed
+    if not build_failed:
+        for kind in ("cpu", "gpu"):
+            c = junit_counts(os.path.join(out, f"tests-{kind}.xml"))
+            results["tests"][kind] = c
+            ok = ok and c["failed"] == 0 and c["skipped"] == 0
+        bench = os.path.join(out, "bench.jsonl")
+        if os.path.exists(bench):
+            for line in open(bench):
+                line = line.strip()
+                if line:
+                    results["benchmarks"].append(json.loads(line))
+    results["ok"] = ok
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+
+    print(f"GPU: {gpu.splitlines()[-1] if gpu else '?'}  commit {results['commit']}")
+    for kind, c in results["tests"].items():
+        print(f"{kind} tests: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped")
+        for f in c["failures"]:
+            print("  FAILED", f)
+    for b in results["benchmarks"]:
+        if b.get("op") == "tma_copy":
+            print(f"tma_copy {b['shape']['rows']}x{b['shape']['cols']} {b['shape']['dtype']} "
+                  f"{json.dumps(b['config'], separators=(',', ':'))}: {b['median_us']:.1f} us "
+                  f"{b['gbps']:.0f} GB/s, memcpy {b['memcpy_gbps']:.0f} GB/s, ratio "
+                  f"{b['ratio_to_memcpy']:.3f}, exact {b['bit_exact']}")
+        elif b.get("op") == "dispatch":
+            print(f"dispatch: raw {b['raw_launch_us']:.3f} us, op {b['op_call_us']:.3f} us, "
+                  f"overhead {b['overhead_us']:.3f} us")
+        else:
+            print(json.dumps(b))
+    print("RESULT:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
