@@ -52,11 +52,11 @@ Loaded load() {
     return out;
   }
   out.api.driver_version = version;
-#define ATTNJIT_DRIVER_RESOLVE(name)                                                          \
+#define ATTNJIT_DRIVER_RESOLVE(name, version)                                                       \
   {                                                                                           \
     void* fn = nullptr;                                                                       \
     CUdriverProcAddressQueryResult status{};                                                  \
-    if (get_proc(#name, &fn, kRequiredDriverVersion, CU_GET_PROC_ADDRESS_DEFAULT, &status) != \
+    if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != \
             CUDA_SUCCESS ||                                                                   \
         fn == nullptr) {                                                                      \
       out.error = "the CUDA driver has no entry point " #name;                                \

@@ -4,61 +4,66 @@
 // so compiling kernels, validating configs and building the default set all work on a
 // machine without a GPU. Only launching (and encoding tensor maps) needs the driver.
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <string>
 
 namespace attnjit::driver {
 
-// Every driver entry point attnjit calls. Names go through cuda.h's versioning macros
-// (cuMemAlloc → cuMemAlloc_v2), so the member type always matches the header's ABI;
-// the unexpanded name is what cuGetProcAddress is asked for.
+// Every driver entry point attnjit calls, with the ABI version cuda.h's declaration has.
+// cuGetProcAddress returns the newest ABI not above the version asked for, so asking
+// for CUDA_VERSION would hand back e.g. cuCtxGetDevice's 13.0 form (with a context
+// argument) where the header declares the 2.0 one. Each entry names its version, and
+// its type is cudaTypedefs.h's PFN_<name>_v<version>. Member names go through cuda.h's
+// macros (cuMemAlloc → cuMemAlloc_v2) exactly as calls do, so `api().cuMemAlloc(...)`
+// resolves to the member.
 #define ATTNJIT_DRIVER_FUNCTIONS(X) \
-  X(cuInit)                         \
-  X(cuDriverGetVersion)             \
-  X(cuGetErrorName)                 \
-  X(cuGetErrorString)               \
-  X(cuDeviceGet)                    \
-  X(cuDeviceGetCount)               \
-  X(cuDeviceGetName)                \
-  X(cuDeviceGetAttribute)           \
-  X(cuDevicePrimaryCtxRetain)       \
-  X(cuCtxGetCurrent)                \
-  X(cuCtxSetCurrent)                \
-  X(cuCtxGetDevice)                 \
-  X(cuCtxSynchronize)               \
-  X(cuLibraryLoadData)              \
-  X(cuLibraryUnload)                \
-  X(cuLibraryGetKernel)             \
-  X(cuKernelGetFunction)            \
-  X(cuKernelSetAttribute)           \
-  X(cuFuncGetAttribute)             \
-  X(cuLaunchKernelEx)               \
-  X(cuTensorMapEncodeTiled)         \
-  X(cuMemAlloc)                     \
-  X(cuMemFree)                      \
-  X(cuMemcpyHtoD)                   \
-  X(cuMemcpyDtoH)                   \
-  X(cuMemcpyDtoDAsync)              \
-  X(cuMemsetD8Async)                \
-  X(cuMemsetD32Async)               \
-  X(cuStreamCreate)                 \
-  X(cuStreamDestroy)                \
-  X(cuStreamSynchronize)            \
-  X(cuStreamIsCapturing)            \
-  X(cuStreamBeginCapture)           \
-  X(cuStreamEndCapture)             \
-  X(cuGraphInstantiate)             \
-  X(cuGraphLaunch)                  \
-  X(cuGraphExecDestroy)             \
-  X(cuGraphDestroy)                 \
-  X(cuEventCreate)                  \
-  X(cuEventDestroy)                 \
-  X(cuEventRecord)                  \
-  X(cuEventSynchronize)             \
-  X(cuEventElapsedTime)
+  X(cuInit, 2000)                         \
+  X(cuDriverGetVersion, 2020)             \
+  X(cuGetErrorName, 6000)                 \
+  X(cuGetErrorString, 6000)               \
+  X(cuDeviceGet, 2000)                    \
+  X(cuDeviceGetCount, 2000)               \
+  X(cuDeviceGetName, 2000)                \
+  X(cuDeviceGetAttribute, 2000)           \
+  X(cuDevicePrimaryCtxRetain, 7000)       \
+  X(cuCtxGetCurrent, 4000)                \
+  X(cuCtxSetCurrent, 4000)                \
+  X(cuCtxGetDevice, 2000)                 \
+  X(cuCtxSynchronize, 2000)               \
+  X(cuLibraryLoadData, 12000)              \
+  X(cuLibraryUnload, 12000)                \
+  X(cuLibraryGetKernel, 12000)             \
+  X(cuKernelGetFunction, 12000)            \
+  X(cuKernelSetAttribute, 12000)           \
+  X(cuFuncGetAttribute, 2020)             \
+  X(cuLaunchKernelEx, 11060)               \
+  X(cuTensorMapEncodeTiled, 12000)         \
+  X(cuMemAlloc, 3020)                     \
+  X(cuMemFree, 3020)                      \
+  X(cuMemcpyHtoD, 3020)                   \
+  X(cuMemcpyDtoH, 3020)                   \
+  X(cuMemcpyDtoDAsync, 3020)              \
+  X(cuMemsetD8Async, 3020)                \
+  X(cuMemsetD32Async, 3020)               \
+  X(cuStreamCreate, 2000)                 \
+  X(cuStreamDestroy, 4000)                \
+  X(cuStreamSynchronize, 2000)            \
+  X(cuStreamIsCapturing, 10000)            \
+  X(cuStreamBeginCapture, 10010)           \
+  X(cuStreamEndCapture, 10000)             \
+  X(cuGraphInstantiateWithFlags, 11040)             \
+  X(cuGraphLaunch, 10000)                  \
+  X(cuGraphExecDestroy, 10000)             \
+  X(cuGraphDestroy, 10000)                 \
+  X(cuEventCreate, 2000)                  \
+  X(cuEventDestroy, 4000)                 \
+  X(cuEventRecord, 2000)                  \
+  X(cuEventSynchronize, 2000)             \
+  X(cuEventElapsedTime, 12080)
 
 struct Api {
-#define ATTNJIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
+#define ATTNJIT_DRIVER_MEMBER(name, version) PFN_##name##_v##version name = nullptr;
   ATTNJIT_DRIVER_FUNCTIONS(ATTNJIT_DRIVER_MEMBER)
 #undef ATTNJIT_DRIVER_MEMBER
   int driver_version = 0;  // cuDriverGetVersion, e.g. 13000
