@@ -34,11 +34,12 @@ echo "built in $(( $(date +%s) - start )) s"
 echo "== tests"
 # CPU cases too: they prove the build with this machine's Catch2/CLI11 versions.
 "$BUILD_DIR/tests/attnjit_tests" "~[gpu]" -r junit -o "$OUT_DIR/tests-cpu.xml" >"$OUT_DIR/tests-cpu.log" 2>&1 || status=1
-"$BUILD_DIR/tests/attnjit_tests" "${TEST_FILTER:-[gpu]}" -r junit -o "$OUT_DIR/tests-gpu.xml" >"$OUT_DIR/tests-gpu.log" 2>&1 || status=1
+# A hung kernel must not eat the whole lease: the GPU cases get a hard time limit.
+timeout -s KILL "${TEST_TIMEOUT:-240}" "$BUILD_DIR/tests/attnjit_tests" "${TEST_FILTER:-[gpu]}" -r junit -o "$OUT_DIR/tests-gpu.xml" >"$OUT_DIR/tests-gpu.log" 2>&1 || status=1
 
 if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   echo "== benchmarks"
-  bench() { "$BUILD_DIR/attnjit" bench "$@" --json >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench $* failed"; status=1; }; }
+  bench() { timeout -s KILL 60 "$BUILD_DIR/attnjit" bench "$@" --json >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench $* failed"; status=1; }; }
   : >"$OUT_DIR/bench.jsonl"
   bench dispatch
   for dt in bf16 e4m3; do

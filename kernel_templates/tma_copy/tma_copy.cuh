@@ -107,9 +107,12 @@ __global__ void __launch_bounds__(32, 1)
                   row0, CacheHint::kEvictFirst);  // streamed once
   };
 
-  // Prologue: stages-1 loads ahead, so the stage written next is always one whose
-  // store has been issued at least one iteration earlier.
-  const int prologue = my_tiles < P.stages - 1 ? my_tiles : P.stages - 1;
+  // Loads run `kLookahead` tiles ahead of the store. With ≥2 stages the load of tile
+  // k + stages-1 goes into stage (k-1) % stages, whose store was issued one iteration
+  // earlier, so it waits only for that older store to finish reading. With one stage the
+  // next load reuses the stage being stored and must wait for the current store.
+  constexpr int kLookahead = P.stages > 1 ? P.stages - 1 : 1;
+  const int prologue = my_tiles < kLookahead ? my_tiles : kLookahead;
   for (int k = 0; k < prologue; ++k) issue_load(k);
 
   for (int k = 0; k < my_tiles; ++k) {
@@ -120,10 +123,10 @@ __global__ void __launch_bounds__(32, 1)
     for (int b = 0; b < T::kBoxesPerTile; ++b)
       tma_store_2d(dst, smem->tiles[s] + b * T::kBoxBytes, col0 + b * T::kBoxInner, row0);
     tma_store_commit();
-    const int next = k + P.stages - 1;  // goes into stage (k-1) % stages
+    const int next = k + kLookahead;
     if (next < my_tiles) {
-      if (P.stages > 1) tma_store_wait_read<1>();  // store k-1 is done reading its stage
-      else tma_store_wait_read<0>();
+      if constexpr (P.stages > 1) tma_store_wait_read<1>();  // store k-1 done reading
+      else tma_store_wait_read<0>();                         // store k done reading
       issue_load(next);
     }
   }
