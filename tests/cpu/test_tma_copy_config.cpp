@@ -31,6 +31,7 @@ TEST_CASE("tma_copy config validation names the field and the rule", "[config]")
   c.block_n = 4;  // 8 bytes
   REQUIRE_ERROR(c.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "16 bytes");
   c = {};
+  c.swizzle = Swizzle::k128B;
   c.block_n = 96;  // 192 B is not whole 128 B spans
   REQUIRE_ERROR(c.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "128-byte spans");
   c = {};

@@ -269,6 +269,9 @@ void run_case(const WgmmaTileParams& p) {
   fmt::print("wgmma_tile {:<40} rel_l2 {:.2e}  worst elem {:.2e} at ({}, {})  regs {}\n",
              describe(p), rel_l2, worst, worst_at / n, worst_at % n,
              kernel.compiled().ptxas.registers);
+  if (!kernel.compiled().ptxas.parsed)
+    fmt::print("  (ptxas report not parsed; entry {}; log starts: {})\n", kernel.compiled().lowered_name,
+               kernel.compiled().log.substr(0, 400));
   if (over > 0 || rel_l2 > tol_l2) {
     // Where it goes wrong tells which piece is off: one char per 8×8 block of C ('.' all
     // good, '#' all bad, '+' mixed), so a swizzle, descriptor stride or fragment-mapping

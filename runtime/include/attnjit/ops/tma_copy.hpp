@@ -18,7 +18,7 @@ struct TmaCopyConfig {
   int block_m = 128;                 // tile rows: 8..256, multiple of 8
   int block_n = 128;                 // tile columns (elements); a row is whole swizzle spans
   int stages = 4;                    // smem ring depth, 1..16
-  Swizzle swizzle = Swizzle::k128B;  // smem layout of each box
+  Swizzle swizzle = Swizzle::kNone;  // smem layout of each box
 
   // Throws Error(kUnsupportedConfig) naming the first invalid field and the rule.
   void validate() const;
