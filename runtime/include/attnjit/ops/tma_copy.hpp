@@ -4,6 +4,7 @@
 // library end to end, and measures how close a TMA pipeline gets to cuMemcpyDtoD.
 #include <cuda.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,6 +36,12 @@ TmaCopyConfig tma_copy_default_config(DType dtype);
 // Compiles (if needed), loads and sets attributes on the current device, so that a later
 // tma_copy with this config does no compile/load — e.g. before a CUDA-graph capture.
 void tma_copy_prepare(const TmaCopyConfig& config);
+
+// Scratch bytes tma_copy needs for these tensors: none (the op-wide convention is that
+// every op reports its workspace for given shapes and the caller passes it in).
+inline size_t tma_copy_workspace_bytes(const TensorView& /*dst*/, const TensorView& /*src*/) {
+  return 0;
+}
 
 // dst[rows, cols] = src[rows, cols] on `stream` (current device's context). Both 2-D,
 // same shape and dtype, last dimension contiguous, 16-byte aligned, row strides a
