@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "attnjit/error.hpp"
+#include "cache/cache.hpp"
 #include "driver/driver.hpp"
 #include "jit/single_flight.hpp"
 
@@ -130,7 +131,8 @@ CompiledKernel compile_recipe(const KernelRecipe& recipe) {
 const Kernel& build_kernel(const KernelKey& key, const std::function<KernelRecipe()>& recipe) {
   return table().get_or_create(key, [&] {
     KernelRecipe r = recipe();
-    return std::make_unique<Kernel>(compile_recipe(r), r.dynamic_smem_bytes);
+    // The disk cache (verified hit, or compile and publish); ATTNJIT_CACHE=off skips it.
+    return std::make_unique<Kernel>(cache::runtime_compile(r), r.dynamic_smem_bytes);
   });
 }
 

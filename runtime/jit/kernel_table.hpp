@@ -93,9 +93,11 @@ struct KernelRecipe {
 // Fast path: the loaded kernel for `key`, or nullptr. A shared lock and one hash lookup.
 const Kernel* find_kernel(const KernelKey& key) noexcept;
 
-// Slow path: compiles and loads the kernel for `key` once (single-flight: concurrent
-// callers with the same key wait for the first). A failed build is not remembered, so
-// a later call retries.
+// Slow path: produces and loads the kernel for `key` once (single-flight: concurrent
+// callers with the same key wait for the first). The cubin comes from the disk cache
+// (cache/cache.hpp: a verified entry, else NVRTC and publish), so a fresh process that
+// finds the kernel on disk does not compile. A failed build is not remembered, so a
+// later call retries.
 const Kernel& build_kernel(const KernelKey& key, const std::function<KernelRecipe()>& recipe);
 
 // Looks `key` up; on a miss calls `recipe()` (building strings there costs nothing warm).
@@ -105,8 +107,8 @@ const Kernel& get_kernel(const KernelKey& key, RecipeFn&& recipe) {
   return build_kernel(key, std::function<KernelRecipe()>(std::forward<RecipeFn>(recipe)));
 }
 
-// Compile without loading (works without a GPU). Used by tests and the CLI to build
-// default sets; does not touch the table.
+// Compile without loading (works without a GPU); touches neither the table nor the disk
+// cache (cache::Cache::ensure_compiled is the cached equivalent).
 CompiledKernel compile_recipe(const KernelRecipe& recipe);
 
 // Number of kernels compiled by this process (for tests of single-flight).

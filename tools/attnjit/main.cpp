@@ -1,12 +1,15 @@
 // attnjit: the command-line front end. `list` shows the ops and their config spaces,
 // `compile` builds one variant and prints its ptxas report, `bench` times an op on the
-// GPU, `demo` is the README's first command.
+// GPU, `demo` is the README's first command, `precompile` fills the kernel cache and
+// `cache` looks after it (precompile.cpp, cache_cmd.cpp).
+// Exit codes: 0 success, 1 failure, 2 usage error.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +17,12 @@
 #include "cli.hpp"
 #include "jit/compiler.hpp"
 #include "ops/registry.hpp"
+
+namespace attnjit::cli {
+// Each adds its subcommand to `app`; the returned function runs it once parsed.
+std::function<int()> add_precompile_command(CLI::App& app);
+std::function<int()> add_cache_command(CLI::App& app);
+}  // namespace attnjit::cli
 
 namespace {
 
@@ -116,8 +125,18 @@ int main(int argc, char** argv) {
   auto* demo = app.add_subcommand("demo", "launch and check a kernel (GPU) or compile the default "
                                           "set (no GPU)");
 
-  CLI11_PARSE(app, argc, argv);
+  const std::function<int()> run_precompile = cli::add_precompile_command(app);
+  const std::function<int()> run_cache = cli::add_cache_command(app);
+
   try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help/version (rc 0) or the usage error
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (*app.get_subcommand("precompile")) return run_precompile();
+    if (*app.get_subcommand("cache")) return run_cache();
     if (*list) return cmd_list(list_json);
     if (*compile) return cmd_compile(c_op, c_config, c_arch, c_out);
     if (*bench) return cli::run_bench(b);

@@ -1,0 +1,247 @@
+#include "cache/entry.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+
+#include "attnjit/error.hpp"
+#include "cache/hash.hpp"
+
+namespace attnjit::cache {
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void io_fail(const std::string& what, const std::string& path) {
+  throw Error(ErrorKind::kCache, fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+}
+
+std::optional<std::string> read_all(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+void fsync_path(const fs::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) io_fail("cannot open", path.string());
+  const int r = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  errno = saved;
+  if (r != 0) io_fail("fsync failed for", path.string());
+}
+
+void write_file(const fs::path& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) io_fail("cannot create", path.string());
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int saved = errno;
+      ::close(fd);
+      errno = saved;
+      io_fail("cannot write", path.string());
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) io_fail("cannot flush", path.string());
+}
+
+void make_dir(const fs::path& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) io_fail("cannot create directory", path.string());
+}
+
+// Test hook: ATTNJIT_CACHE_TEST_KILL_AT=cubin|meta|marker|rename makes the process
+// SIGKILL itself at that step of a publish, as a crash or `kill -9` would.
+void maybe_die(const char* step) {
+  static const std::string at = [] {
+    const char* v = std::getenv("ATTNJIT_CACHE_TEST_KILL_AT");
+    return std::string(v ? v : "");
+  }();
+  if (!at.empty() && at == step) ::kill(::getpid(), SIGKILL);
+}
+
+std::string marker_text(const std::string& key, const std::string& cubin_sha) {
+  return fmt::format("attnjit cache entry v{}\nkey {}\ncubin-sha256 {}\n", kMetaFormat, key, cubin_sha);
+}
+
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format("{}-{}-{}", static_cast<long>(::getpid()), counter++,
+                     static_cast<long long>(std::time(nullptr)));
+}
+
+}  // namespace
+
+std::string entry_dir(const std::string& root, const std::string& arch, const std::string& key) {
+  return (fs::path(root) / arch / key.substr(0, 2) / key).string();
+}
+
+ReadResult read_entry(const std::string& dir, const std::string& key, const std::string& arch) {
+  ReadResult r;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return r;  // kMissing
+  r.status = ReadResult::Status::kCorrupt;
+  auto corrupt = [&](std::string why) {
+    r.reason = std::move(why);
+    return r;
+  };
+  const fs::path d(dir);
+  if (!S_ISDIR(st.st_mode)) return corrupt("not a directory");
+  const auto marker = read_all(d / kMarkerFile);
+  if (!marker) return corrupt("no COMMITTED marker (an unfinished publish)");
+  const auto meta_text = read_all(d / kMetaFile);
+  if (!meta_text) return corrupt("no meta.json");
+  const auto cubin = read_all(d / kCubinFile);
+  if (!cubin) return corrupt("no kernel.cubin");
+  r.bytes = marker->size() + meta_text->size() + cubin->size();
+
+  const std::string cubin_sha = sha256_hex(*cubin);
+  if (*marker != marker_text(key, cubin_sha))
+    return corrupt("the COMMITTED marker does not name this key and cubin");
+  try {
+    nlohmann::json meta = nlohmann::json::parse(*meta_text);
+    if (meta.at("format").get<int>() != kMetaFormat) return corrupt("meta.json has another format");
+    if (meta.at("key").get<std::string>() != key) return corrupt("meta.json names another key");
+    if (meta.at("arch").get<std::string>() != arch) return corrupt("meta.json names another arch");
+    const KeyInputs record = key_inputs_from_json(meta.at("record"));
+    if (cache_key(record) != key) return corrupt("meta.json's key record does not hash to the key");
+    if (record.arch != arch) return corrupt("the key record names another arch");
+    if (meta.at("cubin_bytes").get<uint64_t>() != cubin->size())
+      return corrupt(fmt::format("kernel.cubin has {} bytes, meta.json says {}", cubin->size(),
+                                 meta.at("cubin_bytes").get<uint64_t>()));
+    if (meta.at("cubin_sha256").get<std::string>() != cubin_sha)
+      return corrupt("kernel.cubin's SHA-256 differs from meta.json's");
+    const auto parsed_arch = parse_arch(arch);
+    if (!parsed_arch) return corrupt("unknown arch " + arch);
+
+    jit::CompiledKernel& k = r.kernel;
+    k.op = meta.at("op").get<std::string>();
+    k.arch = *parsed_arch;
+    k.source = record.source;
+    k.lowered_name = meta.at("lowered_name").get<std::string>();
+    if (k.lowered_name.empty()) return corrupt("meta.json has an empty lowered_name");
+    k.cubin.assign(cubin->begin(), cubin->end());
+    k.compile_ms = meta.at("compile_ms").get<double>();
+    k.options = meta.at("options").get<std::vector<std::string>>();
+    k.ptxas.registers = meta.at("registers").get<int>();
+    k.ptxas.spill_store_bytes = meta.at("spill_store_bytes").get<int>();
+    k.ptxas.spill_load_bytes = meta.at("spill_load_bytes").get<int>();
+    k.ptxas.stack_frame_bytes = meta.at("stack_frame_bytes").get<int>();
+    k.ptxas.static_smem_bytes = meta.at("static_smem_bytes").get<int>();
+    k.ptxas.barriers = meta.at("barriers").get<int>();
+    k.ptxas.parsed = k.ptxas.registers >= 0;
+    r.meta = std::move(meta);
+  } catch (const nlohmann::json::exception& e) {
+    return corrupt(fmt::format("meta.json is malformed: {}", e.what()));
+  } catch (const Error& e) {
+    return corrupt(fmt::format("meta.json is malformed: {}", e.what()));
+  }
+  r.status = ReadResult::Status::kOk;
+  return r;
+}
+
+bool publish_entry(const std::string& root, const std::string& key, const KeyInputs& record,
+                   const jit::CompiledKernel& kernel, unsigned dynamic_smem_bytes) {
+  const std::string_view cubin(kernel.cubin.data(), kernel.cubin.size());
+  const std::string cubin_sha = sha256_hex(cubin);
+  nlohmann::ordered_json meta;
+  meta["format"] = kMetaFormat;
+  meta["key"] = key;
+  meta["op"] = kernel.op;
+  meta["config"] = nlohmann::json::parse(record.config_json, nullptr, false);
+  if (meta["config"].is_discarded()) meta["config"] = record.config_json;
+  meta["arch"] = record.arch;
+  meta["lowered_name"] = kernel.lowered_name;
+  meta["compile_ms"] = kernel.compile_ms;
+  meta["registers"] = kernel.ptxas.registers;
+  meta["spill_bytes"] = kernel.ptxas.spill_store_bytes + kernel.ptxas.spill_load_bytes;
+  meta["spill_store_bytes"] = kernel.ptxas.spill_store_bytes;
+  meta["spill_load_bytes"] = kernel.ptxas.spill_load_bytes;
+  meta["stack_frame_bytes"] = kernel.ptxas.stack_frame_bytes;
+  meta["static_smem_bytes"] = kernel.ptxas.static_smem_bytes;
+  meta["barriers"] = kernel.ptxas.barriers;
+  meta["dynamic_smem_bytes"] = dynamic_smem_bytes;
+  meta["cubin_bytes"] = kernel.cubin.size();
+  meta["cubin_sha256"] = cubin_sha;
+  meta["options"] = normalize_options(kernel.options);
+  meta["created"] = static_cast<long long>(std::time(nullptr));
+  meta["record"] = to_json(record);
+
+  const fs::path tmp_root = fs::path(root) / "tmp";
+  make_dir(tmp_root, 0700);
+  const fs::path tmp = tmp_root / fmt::format("{}-{}", key.substr(0, 16), unique_suffix());
+  make_dir(tmp, 0755);
+  try {
+    write_file(tmp / kCubinFile, cubin);
+    maybe_die("cubin");
+    write_file(tmp / kMetaFile, meta.dump(2) + "\n");
+    maybe_die("marker");
+    write_file(tmp / kMarkerFile, marker_text(key, cubin_sha));  // last: the entry is whole
+    fsync_path(tmp, O_RDONLY | O_DIRECTORY);
+    maybe_die("rename");
+
+    const fs::path arch_dir = fs::path(root) / record.arch;
+    const fs::path prefix_dir = arch_dir / key.substr(0, 2);
+    make_dir(arch_dir, 0755);
+    make_dir(prefix_dir, 0755);
+    const fs::path final_dir = prefix_dir / key;
+    if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
+      if (errno != EEXIST && errno != ENOTEMPTY) io_fail("cannot publish", final_dir.string());
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // another process published this key first: keep theirs
+      return false;
+    }
+    fsync_path(prefix_dir, O_RDONLY | O_DIRECTORY);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return true;
+}
+
+std::string quarantine_entry(const std::string& root, const std::string& dir,
+                             const std::string& reason) {
+  const fs::path q = fs::path(root) / "quarantine";
+  if (::mkdir(q.c_str(), 0700) != 0 && errno != EEXIST) return "";
+  const fs::path target = q / fmt::format("{}-{}", fs::path(dir).filename().string(), unique_suffix());
+  if (::rename(dir.c_str(), target.c_str()) != 0) return "";
+  const int fd = ::open((target / "REASON").c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    const std::string text = reason + "\n";
+    [[maybe_unused]] ssize_t n = ::write(fd, text.data(), text.size());
+    ::close(fd);
+  }
+  return target.string();
+}
+
+void stamp_used(const std::string& dir) { ::utimensat(AT_FDCWD, dir.c_str(), nullptr, 0); }
+
+}  // namespace attnjit::cache
