@@ -16,6 +16,8 @@ const std::vector<OpSpec>& registry() {
   static const std::vector<OpSpec> ops = [] {
     std::vector<OpSpec> v;
     v.push_back(tma_copy_op_spec());
+    v.push_back(mla_decode_op_spec());
+    v.push_back(mla_decode_combine_op_spec());
     return v;
   }();
   return ops;

@@ -44,8 +44,12 @@ const OpSpec& find_op(std::string_view name);
 
 // Per-op registration (one function per op family, called by registry()).
 OpSpec tma_copy_op_spec();
+OpSpec mla_decode_op_spec();
+OpSpec mla_decode_combine_op_spec();
 
 // Test-only families (op ids ≥ 1000) are not in the registry.
 inline constexpr uint32_t kTmaCopyOpId = 1;
+inline constexpr uint32_t kMlaDecodeOpId = 2;
+inline constexpr uint32_t kMlaDecodeCombineOpId = 3;
 
 }  // namespace attnjit::ops

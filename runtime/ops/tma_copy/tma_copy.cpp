@@ -11,6 +11,7 @@
 #include "driver/driver.hpp"
 #include "ops/config_json.hpp"
 #include "ops/registry.hpp"
+#include "ops/template_args.hpp"
 
 namespace attnjit {
 namespace {
@@ -33,28 +34,6 @@ Key key_of(const TmaCopyConfig& c) {
           static_cast<int32_t>(c.swizzle)};
 }
 
-std::string cxx_dtype(DType d) {
-  switch (d) {
-    case DType::kBF16: return "attnjit::DType::kBF16";
-    case DType::kF16: return "attnjit::DType::kF16";
-    case DType::kF32: return "attnjit::DType::kF32";
-    case DType::kE4M3: return "attnjit::DType::kE4M3";
-    case DType::kE5M2: return "attnjit::DType::kE5M2";
-    case DType::kI32: return "attnjit::DType::kI32";
-    case DType::kU8: return "attnjit::DType::kU8";
-  }
-  return "?";
-}
-std::string cxx_swizzle(Swizzle s) {
-  switch (s) {
-    case Swizzle::kNone: return "attnjit::Swizzle::kNone";
-    case Swizzle::k32B: return "attnjit::Swizzle::k32B";
-    case Swizzle::k64B: return "attnjit::Swizzle::k64B";
-    case Swizzle::k128B: return "attnjit::Swizzle::k128B";
-  }
-  return "?";
-}
-
 jit::KernelRecipe recipe_of(const TmaCopyConfig& c, Arch arch) {
   jit::KernelRecipe r;
   r.source.op = "tma_copy";
@@ -62,11 +41,11 @@ jit::KernelRecipe recipe_of(const TmaCopyConfig& c, Arch arch) {
   r.source.kernel = "attnjit::tma_copy::kernel";
   r.source.params_type = "attnjit::tma_copy::Params";
   r.source.args = {
-      {"dtype", cxx_dtype(c.dtype)},
+      {"dtype", ops::cxx_enum(c.dtype)},
       {"block_m", std::to_string(c.block_m)},
       {"block_n", std::to_string(c.block_n)},
       {"stages", std::to_string(c.stages)},
-      {"swizzle", cxx_swizzle(c.swizzle)},
+      {"swizzle", ops::cxx_enum(c.swizzle)},
   };
   r.source.config_json = c.to_json();
   r.options.arch = arch;

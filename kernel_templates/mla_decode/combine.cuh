@@ -1,0 +1,70 @@
+#pragma once
+// mla_decode_combine: merges split-KV partials. Each split s of a row left its output
+// normalized by its own sum, O_s, and lse_s = log Σ exp(scores it saw); then
+//   out = Σ_s w_s · O_s / Σ_s w_s,   w_s = exp(lse_s − max lse),   lse = max + log Σ w_s.
+// A split that saw no key has lse_s = −inf and weight 0; a row no split saw stays 0 with
+// lse −inf. Launched with programmatic dependent launch: it waits for the main kernel's
+// memory (griddepcontrol.wait) before reading the partials.
+#include "common/arch.cuh"
+#include "common/fence.cuh"
+#include "common/types.cuh"
+#include "mla_decode/common.cuh"
+
+namespace attnjit::mla_decode {
+
+struct CombineParams {
+  DType dtype;    // output dtype
+  int num_heads;  // h (packed row = q_idx · h + head)
+};
+
+struct CombineArgs {
+  const float* part_out;  // [b, splits, q_len·h, 512] f32
+  const float* part_lse;  // [b, splits, q_len·h]
+  void* out;              // [b, q_len, h, 512]
+  float* lse;             // [b, h, q_len] or null
+  int q_len;
+  int num_splits;
+};
+
+inline constexpr int kCombineThreads = kValueDim / 4;  // 4 columns (one float4) per thread
+
+// grid (q_len·h, b), kCombineThreads threads.
+template <CombineParams P>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineArgs a) {
+  pdl_wait_prior_grids();
+  const int row = static_cast<int>(blockIdx.x), batch = static_cast<int>(blockIdx.y);
+  const int rows_b = a.q_len * P.num_heads;
+  const i64 base = static_cast<i64>(batch) * a.num_splits * rows_b + row;  // split 0's row
+
+  float m = neg_inf();
+  for (int s = 0; s < a.num_splits; ++s) m = fmaxf(m, a.part_lse[base + static_cast<i64>(s) * rows_b]);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float sum = 0.0f;
+  if (m != neg_inf()) {
+    for (int s = 0; s < a.num_splits; ++s) {
+      const i64 prow = base + static_cast<i64>(s) * rows_b;
+      const float lse_s = a.part_lse[prow];
+      if (lse_s == neg_inf()) continue;  // empty split: its partial was never meaningful
+      const float w = __expf(lse_s - m);
+      sum += w;
+      const float4 v = reinterpret_cast<const float4*>(a.part_out + prow * kValueDim)[threadIdx.x];
+      acc[0] += w * v.x;
+      acc[1] += w * v.y;
+      acc[2] += w * v.z;
+      acc[3] += w * v.w;
+    }
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  u32* out = reinterpret_cast<u32*>(static_cast<u8*>(a.out) +
+                                    ((static_cast<i64>(batch) * rows_b + row) * kValueDim +
+                                     4 * threadIdx.x) * dtype_bytes(P.dtype));
+  out[0] = pack2<P.dtype>(acc[0] * inv, acc[1] * inv);
+  out[1] = pack2<P.dtype>(acc[2] * inv, acc[3] * inv);
+  if (a.lse != nullptr && threadIdx.x == 0) {
+    const int q_idx = row / P.num_heads, head = row % P.num_heads;
+    a.lse[(static_cast<i64>(batch) * P.num_heads + head) * a.q_len + q_idx] =
+        sum > 0.0f ? m + __logf(sum) : neg_inf();
+  }
+}
+
+}  // namespace attnjit::mla_decode

@@ -1,0 +1,427 @@
+#pragma once
+// sm90_mla_decode: absorbed-MLA decode over a paged latent cache on Hopper.
+//
+// One CTA = one tile of 64 query rows (q_len × heads packed, row = t·h + head) of one
+// sequence, over one split of its KV tiles. Three warpgroups (384 threads):
+//   softmax  (WG0)  S = Q·Kᵀ (36 k16 steps, N = 64), mask, online softmax; P and the row
+//                   rescale factors to shared memory;
+//   PV       (WG1, WG2)  O[:, half] = O·scale + P·V[:, half] for output columns [0, 256)
+//                   and [256, 512), P from shared memory.
+// V is the first 512 columns of the K tile already in shared memory (never loaded twice).
+// O[64 × 512] f32 is too large for one warpgroup's registers, hence two PV halves; with
+// softmax in its own warpgroup, S of tile i+1 overlaps P·V of tile i.
+//
+// No separate producer warpgroup: ptxas compiles every role under the kernel-wide register
+// cap (65,536 / threads; setmaxnreg does not raise it), and a m64n256 wgmma with its 128
+// accumulators needs ~154, which a fourth warpgroup (cap 128) would not leave. TMA loads
+// come from thread 0 of WG0: Q and the first two tiles up front, then tile j+1 as soon as
+// both PV warpgroups have finished tile j-1 (the kPFree barrier softmax waits on anyway),
+// which is the moment its stage is free: the K half of a stage is released earlier (after
+// S), the V half only after P·V. Softmax also zeroes stale V rows of a partial last tile,
+// since it has the registers to spare.
+// Split-KV: the CTA's tiles are the split's share of ceil(L / 64) tiles, computed here
+// from the length on the GPU. num_splits == 1 writes the output directly; otherwise a
+// normalized f32 partial plus its lse go to the workspace and mla_decode_combine merges.
+#include "common/arch.cuh"
+#include "common/fence.cuh"
+#include "common/mbarrier.cuh"
+#include "common/named_barrier.cuh"
+#include "common/tma.cuh"
+#include "common/types.cuh"
+#include "common/warpgroup.cuh"
+#include "common/wgmma.cuh"
+#include "mla_decode/common.cuh"
+
+namespace attnjit::mla_decode {
+
+// Compile-time shape; mirrors MlaDecodeConfig (runtime/include/attnjit/ops/mla_decode.hpp).
+struct Params {
+  DType dtype;      // bf16 / f16
+  int num_heads;    // h
+  int max_q_len;    // > 1 compiles the causal mask
+  int page_size;    // tokens per page
+  int block_m;      // 64 query rows per CTA
+  int block_n;      // 64 keys per tile
+  int stages;       // KV ring depth
+  Swizzle swizzle;  // 128B
+};
+
+template <Params P>
+struct Traits {
+  static constexpr int kThreads = 3 * kWarpgroupThreads;
+  static constexpr int kElem = dtype_bytes(P.dtype);
+  static constexpr int kBoxCols = 128 / kElem;                 // one 128B-swizzle span
+  static constexpr int kChunks = kHeadDim / kBoxCols;          // 9 column boxes per tile
+  static constexpr int kVChunks = kValueDim / kBoxCols;        // 8 of them are V
+  static constexpr int kChunkBytes = P.block_n * 128;          // [64 rows][128 B]
+  static constexpr int kTileBytes = kChunks * kChunkBytes;     // 72 KiB: Q or one K tile
+  static constexpr int kPageRows = P.page_size < P.block_n ? P.page_size : P.block_n;
+  static constexpr int kPiecesPerTile = P.block_n / kPageRows; // pages per KV tile
+  static constexpr int kHalfCols = kValueDim / 2;               // output columns per consumer
+  static constexpr bool kCausal = P.max_q_len > 1;
+  static constexpr int kConsumerThreads = 3 * kWarpgroupThreads;  // named-barrier count
+
+  static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/cache are bf16 or f16");
+  static_assert(P.block_m == 64 && P.block_n == 64, "one wgmma M (64) by 64-key tiles");
+  static_assert(P.swizzle == Swizzle::k128B, "tiles are 128B-swizzled");
+  static_assert(P.stages == 2, "two 72 KiB KV stages + Q fill shared memory");
+  static_assert(P.num_heads % 16 == 0 && P.num_heads >= 16 && P.num_heads <= 128, "h");
+  static_assert(P.max_q_len >= 1 && P.max_q_len <= 8, "q_len bound 1..8");
+  static_assert(P.page_size >= 16 && P.page_size <= 256 &&
+                    (P.page_size & (P.page_size - 1)) == 0,
+                "page size is a power of two in 16..256");
+};
+
+// Named barriers (id 0 is __syncthreads).
+enum class Bar : u32 {
+  kPFree = 1,    // both PV warpgroups finished reading P (and the scales) of the last tile
+  kPReady = 2,   // the softmax warpgroup wrote P and the row scales of this tile
+  kStats = 3,    // the softmax warpgroup wrote the final row max / sum
+};
+
+// The shared-memory plan. Tiles first (1024-aligned: the 128B swizzle repeat).
+template <Params P>
+struct SharedStorage {
+  using T = Traits<P>;
+  alignas(1024) u8 q[T::kTileBytes];              // Q  [64 rows][576] as 9 chunks
+  alignas(1024) u8 kv[P.stages][T::kTileBytes];   // K  [64 keys][576] as 9 chunks; V = chunks 0..7
+  alignas(1024) u8 p[T::kChunkBytes];             // P  [64 rows][64 keys] (one chunk)
+  float row_scale[P.block_m];                     // exp2(m_old - m_new) of the current tile
+  float row_max[P.block_m];                       // final m (log2 units)
+  float row_sum[P.block_m];                       // final l
+  MBarrier q_full;
+  MBarrier kv_full[P.stages];  // TMA of a KV stage complete (its release is Bar::kPFree)
+};
+
+template <Params P>
+inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
+
+struct Args {
+  const int* block_table;  // [b, max_pages]
+  const int* cache_lens;   // [b]
+  void* out;               // [b, q_len, h, 512] contiguous
+  float* lse;              // [b, h, q_len] or null
+  float* part_out;         // [b, splits, q_len·h, 512] f32 (splits > 1)
+  float* part_lse;         // [b, splits, q_len·h]
+  int q_len;
+  int max_pages;
+  int num_splits;
+  float scale_log2;        // softmax_scale · log2(e)
+};
+
+template <Params P>
+struct Tile {
+  int batch, split, row0;  // row0: first packed row of this CTA's tile within the sequence
+  int len;                 // L, clamped to the table's capacity
+  int tile_begin, tile_end;
+};
+
+template <Params P>
+ATTNJIT_DEVICE Tile<P> locate(const Args& a) {
+  Tile<P> t;
+  t.batch = static_cast<int>(blockIdx.z);
+  t.split = static_cast<int>(blockIdx.y);
+  t.row0 = static_cast<int>(blockIdx.x) * P.block_m;
+  int len = a.cache_lens[t.batch];
+  const int capacity = a.max_pages * P.page_size;  // never index past the table row
+  len = len < 0 ? 0 : (len > capacity ? capacity : len);
+  t.len = len;
+  const int tiles = ceil_div(len, P.block_n);
+  const int per_split = ceil_div(tiles, a.num_splits);
+  t.tile_begin = min(tiles, t.split * per_split);
+  t.tile_end = min(tiles, t.tile_begin + per_split);
+  return t;
+}
+
+// ---- TMA issue (one thread) -------------------------------------------------------------
+
+// Q rows of this tile: rows [batch·q_len·h + row0, +64) of q viewed as [b·q_len·h, 576].
+template <Params P>
+ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args& a,
+                           const Tile<P>& t) {
+  using T = Traits<P>;
+  const int q_row = t.batch * a.q_len * P.num_heads + t.row0;
+  mbarrier_arrive_expect_tx(&s.q_full, T::kTileBytes);
+  for (int c = 0; c < T::kChunks; ++c)
+    tma_load_2d(q_map, &s.q_full, s.q + c * T::kChunkBytes, c * T::kBoxCols, q_row);
+}
+
+// KV tile `tile` (the i-th of this CTA) into stage i % stages: 9 column boxes per page
+// piece, page from the block table.
+template <Params P>
+ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a, int tile,
+                            int i) {
+  using T = Traits<P>;
+  const int st = i % P.stages;
+  const int* table = a.block_table + static_cast<i64>(blockIdx.z) * a.max_pages;
+  mbarrier_arrive_expect_tx(&s.kv_full[st], T::kTileBytes);
+#pragma unroll
+  for (int piece = 0; piece < T::kPiecesPerTile; ++piece) {
+    const int token = tile * P.block_n + piece * T::kPageRows;
+    const int slot = token / P.page_size;
+    // A slot past the table (possible when capacity is not a multiple of 64) loads a
+    // fully out-of-bounds box: zeros, and the byte count still completes the barrier.
+    const int page = slot < a.max_pages ? table[slot] : -1;
+    const int row = page * P.page_size + token % P.page_size;
+    for (int c = 0; c < T::kChunks; ++c)
+      tma_load_2d(kv_map, &s.kv_full[st],
+                  s.kv[st] + c * T::kChunkBytes + piece * T::kPageRows * 128, c * T::kBoxCols,
+                  row, CacheHint::kEvictFirst);
+  }
+}
+
+// ---- consumers -------------------------------------------------------------------------
+
+using QKTile = WgmmaKMajorTile<Swizzle::k128B, 64>;   // Q, K, P: K-major, 64 rows
+using VTile = WgmmaMNMajorTile<Swizzle::k128B, 64>;   // V: MN-major, 64 key rows
+
+// Zeroes key rows [first, 64) of the 8 V chunks of a KV tile: rows past the sequence may
+// hold NaN, and P = 0 does not cancel NaN (0 × NaN = NaN). S of those keys is masked by
+// replacement; the zeros are published to the PV warpgroups by Bar::kPReady.
+template <Params P>
+ATTNJIT_DEVICE void zero_tail_rows(u8* tile, int first) {
+  using T = Traits<P>;
+  const int rows = P.block_n - first;
+  // A row of a chunk is one 128-byte line (swizzling permutes 16-byte units inside it).
+  for (int i = thread_in_warpgroup(); i < rows * T::kVChunks * 8; i += kWarpgroupThreads) {
+    const int unit = i % 8, row = first + (i / 8) % rows, chunk = i / (8 * rows);
+    *reinterpret_cast<uint4*>(tile + chunk * T::kChunkBytes + row * 128 + unit * 16) =
+        make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Per-thread row state: each thread owns 2 rows of the 64 (wgmma_acc_coord: i/2 % 2).
+struct RowState {
+  float m[2];  // running max (log2 units, scaled)
+  float l[2];  // running sum of exp2 (this thread's columns; reduced at the end)
+};
+
+// The epilogue of a PV warpgroup. Takes its coordinates from blockIdx again rather than
+// keeping them live across the tile loop (registers are at the cap there).
+template <Params P>
+ATTNJIT_DEVICE void write_output(const SharedStorage<P>& s, float (&o)[Traits<P>::kHalfCols / 2],
+                                 int half, const Args& a) {
+  using T = Traits<P>;
+  struct {
+    int batch, split, row0;
+  } t{static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y),
+      static_cast<int>(blockIdx.x) * P.block_m};
+  const int tid = thread_in_warpgroup();
+  const int rows_b = a.q_len * P.num_heads;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = wgmma_acc_coord(tid, 2 * r).row;
+    const int gr = t.row0 + row;  // packed row = q_idx·h + head
+    if (gr >= rows_b) continue;
+    const float l = s.row_sum[row], m = s.row_max[row];
+    const bool empty = !(l > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / l;
+    const float lse = empty ? neg_inf() : (m + __log2f(l)) * 0.69314718056f;
+    if (a.num_splits == 1) {
+      u8* out = static_cast<u8*>(a.out) +
+                ((static_cast<i64>(t.batch) * rows_b + gr) * kValueDim + half * T::kHalfCols) * T::kElem;
+#pragma unroll
+      for (int i = 2 * r; i < T::kHalfCols / 2; i += 4) {
+        const int col = wgmma_acc_coord(tid, i).col;
+        const float x0 = o[i] * inv, x1 = o[i + 1] * inv;
+        *reinterpret_cast<u32*>(out + col * T::kElem) = pack2<P.dtype>(x0, x1);
+      }
+      if (a.lse != nullptr && half == 0 && tid % 4 == 0) {
+        const int q_idx = gr / P.num_heads, head = gr % P.num_heads;
+        a.lse[(static_cast<i64>(t.batch) * P.num_heads + head) * a.q_len + q_idx] = lse;
+      }
+    } else {
+      const i64 prow = (static_cast<i64>(t.batch) * a.num_splits + t.split) * rows_b + gr;
+      float* out = a.part_out + prow * kValueDim + half * T::kHalfCols;
+#pragma unroll
+      for (int i = 2 * r; i < T::kHalfCols / 2; i += 4) {
+        const int col = wgmma_acc_coord(tid, i).col;
+        *reinterpret_cast<float2*>(out + col) = make_float2(o[i] * inv, o[i + 1] * inv);
+      }
+      if (half == 0 && tid % 4 == 0) a.part_lse[prow] = lse;
+    }
+  }
+}
+
+// WG1: S = Q·Kᵀ, mask, online softmax; P and the row scales to shared memory.
+template <Params P>
+ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
+                                      const Tile<P>& t) {
+  using T = Traits<P>;
+  const int tid = thread_in_warpgroup();
+  float sc[P.block_n / 2];  // S, then P: [64 × 64] accumulator fragment (32 per thread)
+  RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
+  // Last key each of this thread's two rows sees (causal: L - q_len + q_idx).
+  int limit[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int gr = t.row0 + wgmma_acc_coord(tid, 2 * r).row;
+    const int causal_limit = t.len - a.q_len + gr / P.num_heads;
+    limit[r] = T::kCausal && causal_limit < t.len - 1 ? causal_limit : t.len - 1;
+  }
+
+  if (t.tile_begin < t.tile_end) mbarrier_wait(&s.q_full, 0);
+  const u32 q_addr = smem_u32(s.q);
+  for (int tile = t.tile_begin, i = 0; tile < t.tile_end; ++tile, ++i) {
+    const int st = i % P.stages;
+    mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
+    const u32 k_addr = smem_u32(s.kv[st]);
+
+    // S[64 × 64] = Q[64 × 576] · K[64 × 576]ᵀ: 9 chunks × 4 k16 steps. The chunk loop
+    // stays rolled so the compiler does not hoist 36 pairs of 64-bit descriptors into
+    // registers.
+    wgmma_fence();
+#pragma unroll 1
+    for (int c = 0; c < T::kChunks; ++c) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const u32 k_byte = static_cast<u32>(c * 128 + kk * 32);
+        wgmma_ss<P.dtype, 64>(sc, QKTile::desc(q_addr, k_byte), QKTile::desc(k_addr, k_byte),
+                              c > 0 || kk > 0);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(sc);
+    const int valid = t.len - tile * P.block_n;  // keys of this tile inside the sequence
+    if (valid < P.block_n) zero_tail_rows<P>(s.kv[st], valid);
+
+    // Mask by replacement (a NaN score from a stale row must not survive) and update the
+    // running max; the 4 lanes sharing a row reduce with two shuffles.
+    const int key0 = tile * P.block_n;
+    float tile_max[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int i2 = 0; i2 < P.block_n / 2; ++i2) {
+      const int r = (i2 / 2) % 2;
+      const int key = key0 + wgmma_acc_coord(tid, i2).col;
+      const float x = key <= limit[r] ? sc[i2] * a.scale_log2 : neg_inf();
+      sc[i2] = x;
+      tile_max[r] = fmaxf(tile_max[r], x);
+    }
+    float scale[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(rs.m[r], tile_max[r]);
+      // While a row has seen no key, m stays -inf: keep scale 1 and p 0 (no inf - inf).
+      scale[r] = m_new == neg_inf() ? 1.0f : exp2f(rs.m[r] - m_new);
+      rs.m[r] = m_new;
+      rs.l[r] *= scale[r];
+    }
+#pragma unroll
+    for (int i2 = 0; i2 < P.block_n / 2; ++i2) {
+      const int r = (i2 / 2) % 2;
+      const float p = rs.m[r] == neg_inf() ? 0.0f : exp2f(sc[i2] - rs.m[r]);
+      sc[i2] = p;
+      rs.l[r] += p;
+    }
+
+    // P [64 × 64] (K-major, 128B-swizzled: the wgmma A layout) and the scales, once both
+    // PV warpgroups are done with the previous ones.
+    named_barrier_sync(Bar::kPFree, T::kConsumerThreads);
+    // Tile i-1's stage is free now (its K was read by S above, its V by P·V): refill it.
+    if (tid == 0 && i >= 1 && tile + 1 < t.tile_end) load_kv<P>(s, kv_map, a, tile + 1, i + 1);
+#pragma unroll
+    for (int i2 = 0; i2 < P.block_n / 2; i2 += 2) {
+      const WgmmaCoord c = wgmma_acc_coord(tid, i2);
+      *reinterpret_cast<u32*>(s.p + QKTile::byte_offset(c.row, c.col * T::kElem)) =
+          pack2<P.dtype>(sc[i2], sc[i2 + 1]);
+    }
+    if (tid % 4 == 0) {
+      s.row_scale[wgmma_acc_coord(tid, 0).row] = scale[0];
+      s.row_scale[wgmma_acc_coord(tid, 2).row] = scale[1];
+    }
+    fence_proxy_async_smem();  // P (and zeroed V rows) are read by the PV warpgroups' wgmma
+    named_barrier_arrive(Bar::kPReady, T::kConsumerThreads);
+  }
+
+  // Final row statistics for the PV warpgroups' epilogue.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 1);
+    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 2);
+  }
+  if (tid % 4 == 0) {
+    s.row_max[wgmma_acc_coord(tid, 0).row] = rs.m[0];
+    s.row_sum[wgmma_acc_coord(tid, 0).row] = rs.l[0];
+    s.row_max[wgmma_acc_coord(tid, 2).row] = rs.m[1];
+    s.row_sum[wgmma_acc_coord(tid, 2).row] = rs.l[1];
+  }
+  named_barrier_sync(Bar::kStats, T::kConsumerThreads);
+}
+
+// WG2 / WG3: O[:, half·256 + 0..256) = O·scale + P · V[:, same columns], P from smem.
+template <Params P>
+ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tile_begin, int tile_end,
+                                 int half) {
+  using T = Traits<P>;
+  const int tid = thread_in_warpgroup();
+  float o[T::kHalfCols / 2];  // O[64 × 256] f32 accumulator fragment (128 per thread)
+#pragma unroll
+  for (int i = 0; i < T::kHalfCols / 2; ++i) o[i] = 0.0f;
+  const u32 p_addr = smem_u32(s.p);
+  const u32 v_col_byte = static_cast<u32>(half * T::kHalfCols * T::kElem);
+  for (int tile = tile_begin, i = 0; tile < tile_end; ++tile, ++i) {
+    const int st = i % P.stages;
+    if (i == 0) named_barrier_arrive(Bar::kPFree, T::kConsumerThreads);  // P starts free
+    named_barrier_sync(Bar::kPReady, T::kConsumerThreads);
+    // Already complete (softmax waited on it first): makes the TMA writes visible here.
+    mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
+    const u32 k_addr = smem_u32(s.kv[st]);
+    const float scale0 = s.row_scale[wgmma_acc_coord(tid, 0).row];
+    const float scale1 = s.row_scale[wgmma_acc_coord(tid, 2).row];
+#pragma unroll
+    for (int i2 = 0; i2 < T::kHalfCols / 2; ++i2) o[i2] *= (i2 / 2) % 2 ? scale1 : scale0;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < P.block_n / 16; ++ks)
+      wgmma_ss<P.dtype, T::kHalfCols, WgmmaMajor::kK, WgmmaMajor::kMN>(
+          o, QKTile::desc(p_addr, ks * 32), VTile::desc(k_addr, ks * 16, v_col_byte), true);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    if (tile + 1 < tile_end) named_barrier_arrive(Bar::kPFree, T::kConsumerThreads);
+  }
+  named_barrier_sync(Bar::kStats, T::kConsumerThreads);
+  write_output<P>(s, o, half, a);
+}
+
+// ---- entry -----------------------------------------------------------------------------
+
+template <Params P>
+__global__ void __launch_bounds__(Traits<P>::kThreads, 1)
+    kernel(const __grid_constant__ TmaDesc q_map,   // [b·q_len·h, 576], box [64, 64]
+           const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
+           const Args args) {
+  using T = Traits<P>;
+  extern __shared__ u8 smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage<P>*>(
+      (reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  const int wg = warpgroup_id_uniform();
+  if (threadIdx.x == 0) {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
+    prefetch_tma_desc(q_map);
+    prefetch_tma_desc(kv_map);
+    mbarrier_init(&s.q_full, 1);
+    for (int i = 0; i < P.stages; ++i) mbarrier_init(&s.kv_full[i], 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  const Tile<P> t = locate<P>(args);
+  if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {  // Q and the first stages
+    load_q<P>(s, q_map, args, t);
+    for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)
+      load_kv<P>(s, kv_map, args, t.tile_begin + i, i);
+  }
+  if (wg == 0) {
+    softmax_warpgroup<P>(s, kv_map, args, t);
+  } else {
+    pv_warpgroup<P>(s, args, t.tile_begin, t.tile_end, wg - 1);
+  }
+  pdl_launch_dependents();  // the combine kernel may start its prologue
+}
+
+}  // namespace attnjit::mla_decode

@@ -1,0 +1,515 @@
+// Host side of mla_decode: config (validation, JSON, registry), argument checks, the
+// split heuristic, tensor maps and the two launches (main kernel, then the combine kernel
+// through programmatic dependent launch when the KV range is split).
+#include "attnjit/ops/mla_decode.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "attnjit/error.hpp"
+#include "attnjit/tma.hpp"
+#include "driver/driver.hpp"
+#include "ops/config_json.hpp"
+#include "ops/registry.hpp"
+#include "ops/template_args.hpp"
+
+namespace attnjit {
+namespace {
+
+constexpr int kThreads = 384;         // 3 warpgroups: softmax + two P·V halves
+constexpr int kCombineThreads = 128;  // 4 output columns per thread
+constexpr int kMaxSplits = 256;
+constexpr int kMaxSmemPerBlock = 232448;
+
+// Mirrors SharedStorage<P> in kernel_templates/mla_decode/sm90_mla_decode.cuh (the kernel
+// traps if launched with less): Q + stages × K tile + P, row stats, barriers, realignment.
+unsigned smem_bytes(const MlaDecodeConfig& c) {
+  const int tile = c.block_n * kMlaHeadDim * dtype_bytes(c.dtype);   // 72 KiB
+  const int p_tile = c.block_m * c.block_n * dtype_bytes(c.dtype);   // 8 KiB
+  const int stats = 3 * c.block_m * 4;
+  const int barriers = (1 + c.stages) * 8;
+  const int body = tile * (1 + c.stages) + p_tile + stats + barriers;
+  return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
+}
+
+struct MainKey {
+  int32_t dtype, num_heads, max_q_len, page_size, block_m, block_n, stages, swizzle;
+};
+struct CombineKey {
+  int32_t dtype, num_heads;
+};
+
+// Device-side argument block; layout must match attnjit::mla_decode::Args.
+struct KernelArgs {
+  const void* block_table;
+  const void* cache_lens;
+  void* out;
+  float* lse;
+  float* part_out;
+  float* part_lse;
+  int q_len;
+  int max_pages;
+  int num_splits;
+  float scale_log2;
+};
+struct CombineArgs {
+  const float* part_out;
+  const float* part_lse;
+  void* out;
+  float* lse;
+  int q_len;
+  int num_splits;
+};
+
+void check_arch(Arch arch, const char* what) {
+  if (!(arch == kSm90a))
+    fail_config(what, fmt::format("not built for {}: the wgmma kernel is sm_90a only", arch.name()));
+}
+
+jit::KernelRecipe main_recipe(const MlaDecodeConfig& c, Arch arch) {
+  jit::KernelRecipe r;
+  r.source.op = "mla_decode";
+  r.source.header = "mla_decode/sm90_mla_decode.cuh";
+  r.source.kernel = "attnjit::mla_decode::kernel";
+  r.source.params_type = "attnjit::mla_decode::Params";
+  r.source.args = {
+      {"dtype", ops::cxx_enum(c.dtype)},
+      {"num_heads", std::to_string(c.num_heads)},
+      {"max_q_len", std::to_string(c.max_q_len)},
+      {"page_size", std::to_string(c.page_size)},
+      {"block_m", std::to_string(c.block_m)},
+      {"block_n", std::to_string(c.block_n)},
+      {"stages", std::to_string(c.stages)},
+      {"swizzle", ops::cxx_enum(c.swizzle)},
+  };
+  r.source.config_json = c.to_json();
+  r.options.arch = arch;
+  r.dynamic_smem_bytes = smem_bytes(c);
+  return r;
+}
+
+jit::KernelRecipe combine_recipe(DType dtype, int num_heads, Arch arch) {
+  jit::KernelRecipe r;
+  r.source.op = "mla_decode_combine";
+  r.source.header = "mla_decode/combine.cuh";
+  r.source.kernel = "attnjit::mla_decode::combine_kernel";
+  r.source.params_type = "attnjit::mla_decode::CombineParams";
+  r.source.args = {{"dtype", ops::cxx_enum(dtype)}, {"num_heads", std::to_string(num_heads)}};
+  nlohmann::ordered_json j;
+  j["dtype"] = std::string(to_string(dtype));
+  j["num_heads"] = num_heads;
+  r.source.config_json = j.dump();
+  r.options.arch = arch;
+  r.dynamic_smem_bytes = 0;
+  return r;
+}
+
+Arch current_arch(const driver::DeviceInfo& info) { return Arch{info.cc_major, info.cc_minor, true}; }
+
+const jit::Kernel& main_kernel(const MlaDecodeConfig& c, Arch arch) {
+  const MainKey key{static_cast<int32_t>(c.dtype), c.num_heads, c.max_q_len, c.page_size,
+                    c.block_m, c.block_n, c.stages, static_cast<int32_t>(c.swizzle)};
+  return jit::get_kernel(jit::make_key(ops::kMlaDecodeOpId, arch, key), [&] {
+    c.validate();
+    check_arch(arch, "mla_decode");
+    return main_recipe(c, arch);
+  });
+}
+
+const jit::Kernel& combine_kernel(DType dtype, int num_heads, Arch arch) {
+  const CombineKey key{static_cast<int32_t>(dtype), num_heads};
+  return jit::get_kernel(jit::make_key(ops::kMlaDecodeCombineOpId, arch, key), [&] {
+    check_arch(arch, "mla_decode_combine");
+    return combine_recipe(dtype, num_heads, arch);
+  });
+}
+
+void check_contiguous(const TensorView& t, const char* name) {
+  if (!t.is_contiguous())
+    fail_arg(name, fmt::format("must be contiguous (row-major), got {}", t.describe()));
+}
+
+void check_shape(const TensorView& t, const char* name, std::initializer_list<int64_t> dims,
+                 const char* layout) {
+  bool ok = t.rank == static_cast<int>(dims.size());
+  int d = 0;
+  for (int64_t want : dims) {
+    if (ok && want >= 0 && t.shape[static_cast<size_t>(d)] != want) ok = false;
+    ++d;
+  }
+  if (!ok) fail_arg(name, fmt::format("must be {}, got {}", layout, t.describe()));
+}
+
+// Every host-visible rule, before anything touches the GPU.
+struct Shapes {
+  int64_t b, q_len, h, num_pages, page_size, max_pages;
+};
+Shapes check_args(const MlaDecodeArgs& a, const MlaDecodeConfig& c) {
+  const TensorView& q = a.q;
+  if (q.rank != 4 || q.shape[3] != kMlaHeadDim)
+    fail_arg("q", fmt::format("must be rank 4 [b, q_len, h, {}], got {}", kMlaHeadDim, q.describe()));
+  if (q.dtype != DType::kBF16 && q.dtype != DType::kF16)
+    fail_arg("q", fmt::format("must be bf16 or f16, got {}", to_string(q.dtype)));
+  Shapes s{q.shape[0], q.shape[1], q.shape[2], 0, 0, 0};
+  check_contiguous(q, "q");
+  check_aligned(q, "q", 16);
+  if (s.q_len < 1 || s.q_len > c.max_q_len)
+    fail_arg("q", fmt::format("q_len {} is outside 1..max_q_len = {} of the config", s.q_len,
+                              c.max_q_len));
+  if (s.h != c.num_heads)
+    fail_arg("q", fmt::format("has {} heads but the config was built for num_heads = {}", s.h,
+                              c.num_heads));
+  if (q.dtype != c.dtype)
+    fail_arg("q", fmt::format("dtype {} does not match the config's dtype {}", to_string(q.dtype),
+                              to_string(c.dtype)));
+
+  const TensorView& kv = a.kv_cache;
+  if (kv.rank != 3 || kv.shape[2] != kMlaHeadDim)
+    fail_arg("kv_cache", fmt::format("must be rank 3 [num_pages, page_size, {}], got {}", kMlaHeadDim,
+                                     kv.describe()));
+  check_dtype(kv, "kv_cache", q.dtype);
+  check_contiguous(kv, "kv_cache");
+  check_aligned(kv, "kv_cache", 16);
+  s.num_pages = kv.shape[0];
+  s.page_size = kv.shape[1];
+  if (s.page_size != c.page_size)
+    fail_arg("kv_cache", fmt::format("has page size {} but the config was built for {}",
+                                     s.page_size, c.page_size));
+  if (s.num_pages < 1 || s.num_pages * s.page_size > INT32_MAX)
+    fail_arg("kv_cache", fmt::format("must hold 1..2^31 rows (num_pages × page_size), got {}",
+                                     kv.describe()));
+
+  const TensorView& bt = a.block_table;
+  if (bt.rank != 2 || bt.shape[0] != s.b)
+    fail_arg("block_table", fmt::format("must be rank 2 [b = {}, max_pages], got {}", s.b, bt.describe()));
+  check_dtype(bt, "block_table", DType::kI32);
+  check_contiguous(bt, "block_table");
+  check_aligned(bt, "block_table", 4);
+  s.max_pages = bt.shape[1];
+  if (s.max_pages < 1 || s.max_pages * s.page_size > INT32_MAX)
+    fail_arg("block_table", fmt::format("needs 1.. pages per sequence, got {}", bt.describe()));
+
+  check_shape(a.cache_lens, "cache_lens", {s.b}, "rank 1 [b] i32");
+  check_dtype(a.cache_lens, "cache_lens", DType::kI32);
+  check_contiguous(a.cache_lens, "cache_lens");
+  check_aligned(a.cache_lens, "cache_lens", 4);
+
+  check_shape(a.out, "out", {s.b, s.q_len, s.h, kMlaValueDim}, "rank 4 [b, q_len, h, 512] like q");
+  check_dtype(a.out, "out", q.dtype);
+  check_contiguous(a.out, "out");
+  check_aligned(a.out, "out", 16);
+
+  if (a.lse.data != nullptr) {
+    check_shape(a.lse, "lse", {s.b, s.h, s.q_len}, "rank 3 [b, h, q_len] f32");
+    check_dtype(a.lse, "lse", DType::kF32);
+    check_contiguous(a.lse, "lse");
+    check_aligned(a.lse, "lse", 4);
+  }
+  for (const TensorView* t : {&a.kv_cache, &a.block_table, &a.cache_lens, &a.out})
+    if (t->device != q.device)
+      fail_arg("tensors", fmt::format("must all be on q's device {}, found one on device {}",
+                                      q.device, t->device));
+  if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale))
+    fail_arg("softmax_scale", fmt::format("must be a positive finite number, got {}", a.softmax_scale));
+  if (a.max_len_hint < 0)
+    fail_arg("max_len_hint", fmt::format("must be >= 0, got {}", a.max_len_hint));
+  if (a.max_len_hint > s.max_pages * s.page_size)
+    fail_arg("block_table", fmt::format("{} pages × page size {} = {} tokens cannot hold "
+                                        "max_len_hint = {}",
+                                        s.max_pages, s.page_size, s.max_pages * s.page_size,
+                                        a.max_len_hint));
+  if (a.num_splits < 0 || a.num_splits > kMaxSplits)
+    fail_arg("num_splits", fmt::format("must be 0 (heuristic) or 1..{}, got {}", kMaxSplits,
+                                       a.num_splits));
+  return s;
+}
+
+int heuristic_splits(const Shapes& s, int max_len_hint, int sm_count) {
+  const int64_t m_tiles = (s.q_len * s.h + 63) / 64;
+  const int64_t ctas = s.b * m_tiles;
+  const int64_t max_len = max_len_hint > 0 ? max_len_hint : s.max_pages * s.page_size;
+  const int64_t kv_tiles = std::max<int64_t>(1, (max_len + 63) / 64);
+  if (ctas >= sm_count) return 1;
+  // Fill one wave (one 229 KiB CTA per SM), but keep >= 4 KV tiles per split so the
+  // partial's fixed costs (Q load, epilogue, combine) stay small.
+  const int64_t splits = (sm_count + ctas - 1) / ctas;
+  return static_cast<int>(std::clamp<int64_t>(std::min(splits, kv_tiles / 4), 1, kMaxSplits));
+}
+
+void check_workspace(const MlaDecodeArgs& a, const Shapes& s, int splits) {
+  const size_t need = mla_decode_workspace_bytes(static_cast<int>(s.b), static_cast<int>(s.q_len),
+                                                 static_cast<int>(s.h), splits);
+  if (need == 0) return;
+  if (a.workspace == nullptr || a.workspace_bytes < need)
+    fail_arg("workspace", fmt::format("{} splits need {} B (mla_decode_workspace_bytes), got {} B "
+                                      "at {}",
+                                      splits, need, a.workspace_bytes, a.workspace));
+  if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0)
+    fail_arg("workspace", fmt::format("pointer {} must be 16-byte aligned", a.workspace));
+}
+
+}  // namespace
+
+void MlaDecodeConfig::validate() const {
+  auto bad = [](const char* field, const std::string& rule) {
+    fail_config(fmt::format("mla_decode config field '{}'", field), rule);
+  };
+  if (dtype != DType::kBF16 && dtype != DType::kF16)
+    bad("dtype", fmt::format("must be bf16 or f16, got {}", to_string(dtype)));
+  if (num_heads < 16 || num_heads > 128 || num_heads % 16 != 0)
+    bad("num_heads", fmt::format("must be a multiple of 16 in 16..128, got {}", num_heads));
+  if (max_q_len < 1 || max_q_len > 8)
+    bad("max_q_len", fmt::format("must be 1..8, got {}", max_q_len));
+  if (page_size < 16 || page_size > 256 || (page_size & (page_size - 1)) != 0)
+    bad("page_size", fmt::format("must be a power of two in 16..256, got {}", page_size));
+  if (block_m != 64) bad("block_m", fmt::format("must be 64 (one wgmma M), got {}", block_m));
+  if (block_n != 64) bad("block_n", fmt::format("must be 64 keys per tile, got {}", block_n));
+  if (stages != 2)
+    bad("stages", fmt::format("must be 2 (Q + 2 × 72 KiB KV tiles fill shared memory), got {}",
+                              stages));
+  if (swizzle != Swizzle::k128B)
+    bad("swizzle", fmt::format("must be 128B (the Q/K/V tile layout), got {}", to_string(swizzle)));
+  if (static_cast<int>(smem_bytes(*this)) > kMaxSmemPerBlock)
+    bad("stages", fmt::format("needs {} B of shared memory, over {}", smem_bytes(*this),
+                              kMaxSmemPerBlock));
+}
+
+std::string MlaDecodeConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["dtype"] = std::string(to_string(dtype));
+  j["num_heads"] = num_heads;
+  j["max_q_len"] = max_q_len;
+  j["page_size"] = page_size;
+  j["block_m"] = block_m;
+  j["block_n"] = block_n;
+  j["stages"] = stages;
+  j["swizzle"] = std::string(to_string(swizzle));
+  return j.dump();
+}
+
+MlaDecodeConfig MlaDecodeConfig::from_json(std::string_view text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail_config("mla_decode config", fmt::format("invalid JSON: {}", e.what()));
+  }
+  ops::ConfigReader r(j, "mla_decode");
+  const MlaDecodeConfig d;
+  MlaDecodeConfig c;
+  c.dtype = r.get_dtype("dtype", d.dtype);
+  c.num_heads = r.get_int("num_heads", d.num_heads);
+  c.max_q_len = r.get_int("max_q_len", d.max_q_len);
+  c.page_size = r.get_int("page_size", d.page_size);
+  c.block_m = r.get_int("block_m", d.block_m);
+  c.block_n = r.get_int("block_n", d.block_n);
+  c.stages = r.get_int("stages", d.stages);
+  c.swizzle = r.get_swizzle("swizzle", d.swizzle);
+  r.finish();
+  c.validate();
+  return c;
+}
+
+std::string MlaDecodeConfig::describe() const {
+  return fmt::format("{} h{} q<={} page{} {}x{} s{} {}", to_string(dtype), num_heads, max_q_len,
+                     page_size, block_m, block_n, stages, to_string(swizzle));
+}
+
+MlaDecodeConfig mla_decode_default_config(DType dtype, int num_heads, int q_len, int page_size) {
+  MlaDecodeConfig c;
+  c.dtype = dtype;
+  c.num_heads = num_heads;
+  // Two compiled q_len bounds cover 1..8: plain decode, and MTP up to 8 (causal).
+  c.max_q_len = q_len <= 1 ? 1 : (q_len <= 2 ? 2 : 8);
+  c.page_size = page_size;
+  return c;
+}
+
+size_t mla_decode_workspace_bytes(int batch, int q_len, int num_heads, int num_splits) {
+  if (num_splits <= 1) return 0;
+  const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(num_splits) *
+                      static_cast<size_t>(q_len) * static_cast<size_t>(num_heads);
+  const size_t out = rows * kMlaValueDim * sizeof(float);
+  return out + (rows * sizeof(float) + 15) / 16 * 16;  // partial outputs, then their lse
+}
+
+int mla_decode_num_splits(const MlaDecodeArgs& args) {
+  if (args.num_splits > 0) return args.num_splits;
+  if (args.q.rank != 4 || args.block_table.rank != 2 || args.kv_cache.rank != 3)
+    fail_arg("args", "q, block_table and kv_cache must be set (rank 4, 2, 3) to size the split");
+  const Shapes s{args.q.shape[0],        args.q.shape[1],        args.q.shape[2],
+                 args.kv_cache.shape[0], args.kv_cache.shape[1], args.block_table.shape[1]};
+  const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
+  return heuristic_splits(s, args.max_len_hint, info.sm_count);
+}
+
+void mla_decode_prepare(const MlaDecodeConfig& config) {
+  config.validate();
+  const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
+  const Arch arch = current_arch(info);
+  main_kernel(config, arch).prepare_current_device();
+  combine_kernel(config.dtype, config.num_heads, arch).prepare_current_device();
+}
+
+void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* config) {
+  if (a.q.rank != 4)
+    fail_arg("q", fmt::format("must be rank 4 [b, q_len, h, {}], got {}", kMlaHeadDim, a.q.describe()));
+  const MlaDecodeConfig c =
+      config ? *config
+             : mla_decode_default_config(a.q.dtype, static_cast<int>(a.q.shape[2]),
+                                         static_cast<int>(a.q.shape[1]),
+                                         a.kv_cache.rank == 3 ? static_cast<int>(a.kv_cache.shape[1]) : 0);
+  c.validate();
+  const Shapes s = check_args(a, c);
+  if (a.num_splits > 0) check_workspace(a, s, a.num_splits);
+
+  // Tensor maps: q as [b·q_len·h, 576] and the page pool as [pages·page_size, 576], both
+  // in 128B-swizzled boxes of 64 columns (one swizzle span).
+  const int elems_per_span = 128 / dtype_bytes(c.dtype);
+  TmaMapSpec q_spec;
+  q_spec.tensor = TensorView::contiguous(a.q.data, c.dtype, {s.b * s.q_len * s.h, kMlaHeadDim},
+                                         a.q.device);
+  q_spec.box[0] = static_cast<uint32_t>(c.block_m);
+  q_spec.box[1] = static_cast<uint32_t>(elems_per_span);
+  q_spec.swizzle = c.swizzle;
+  TmaMapSpec kv_spec;
+  kv_spec.tensor = TensorView::contiguous(a.kv_cache.data, c.dtype,
+                                          {s.num_pages * s.page_size, kMlaHeadDim}, a.q.device);
+  kv_spec.box[0] = static_cast<uint32_t>(std::min(c.block_n, c.page_size));
+  kv_spec.box[1] = static_cast<uint32_t>(elems_per_span);
+  kv_spec.swizzle = c.swizzle;
+  kv_spec.l2_promotion = TmaL2Promotion::k256B;
+  validate_tma(q_spec, "q");
+  validate_tma(kv_spec, "kv_cache");
+  if (s.b == 0) return;
+
+  const CUdevice dev = driver::current_device();
+  if (a.q.device != static_cast<int>(dev))
+    fail_arg("q", fmt::format("lives on device {} but the current device is {}", a.q.device,
+                              static_cast<int>(dev)));
+  const driver::DeviceInfo& info = driver::cached_device_info(dev);
+  const int splits = a.num_splits > 0 ? a.num_splits : heuristic_splits(s, a.max_len_hint, info.sm_count);
+  if (a.num_splits == 0) check_workspace(a, s, splits);
+  const Arch arch = current_arch(info);
+  const jit::Kernel& main = main_kernel(c, arch);
+  const jit::Kernel* combine = splits > 1 ? &combine_kernel(c.dtype, c.num_heads, arch) : nullptr;
+
+  const TmaDescriptor q_map = encode_tma(q_spec, "q");
+  const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
+  const size_t part_rows = static_cast<size_t>(s.b * splits * s.q_len * s.h);
+  float* part_out = splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
+  float* part_lse = splits > 1 ? part_out + part_rows * kMlaValueDim : nullptr;
+  KernelArgs ka{a.block_table.data,
+                a.cache_lens.data,
+                a.out.data,
+                static_cast<float*>(a.lse.data),
+                part_out,
+                part_lse,
+                static_cast<int>(s.q_len),
+                static_cast<int>(s.max_pages),
+                splits,
+                a.softmax_scale * 1.4426950408889634f};
+  jit::LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
+  shape.grid[1] = static_cast<unsigned>(splits);
+  shape.grid[2] = static_cast<unsigned>(s.b);
+  shape.block[0] = kThreads;
+  shape.dynamic_smem = main.dynamic_smem_bytes();
+  void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&kv_map), &ka};
+  main.launch(shape, stream, main_args);
+  if (combine == nullptr) return;
+
+  CombineArgs ca{part_out, part_lse, a.out.data, static_cast<float*>(a.lse.data),
+                 static_cast<int>(s.q_len), splits};
+  jit::LaunchShape cshape;
+  cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
+  cshape.grid[1] = static_cast<unsigned>(s.b);
+  cshape.block[0] = kCombineThreads;
+  cshape.programmatic_dependent_launch = true;  // its prologue overlaps the main kernel's tail
+  void* combine_args[] = {&ca};
+  combine->launch(cshape, stream, combine_args);
+}
+
+namespace ops {
+
+OpSpec mla_decode_op_spec() {
+  OpSpec op;
+  op.name = "mla_decode";
+  op.id = kMlaDecodeOpId;
+  op.summary = "DeepSeek MLA decode over a paged latent cache (576/512), split-KV, MTP causal";
+  op.fields = {
+      {"dtype", "bf16, f16", "\"bf16\"", "q, cache and out type"},
+      {"num_heads", "16..128, multiple of 16", "128", "query heads h"},
+      {"max_q_len", "1..8", "1", "q_len bound; > 1 compiles the causal (MTP) mask"},
+      {"page_size", "16, 32, 64, 128, 256", "64", "tokens per cache page"},
+      {"block_m", "64", "64", "query rows (q_len × h packed) per CTA"},
+      {"block_n", "64", "64", "keys per KV tile"},
+      {"stages", "2", "2", "KV tile ring depth"},
+      {"swizzle", "128B", "\"128B\"", "Q/K/V smem layout"},
+  };
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (DType d : {DType::kBF16, DType::kF16})
+      for (int h : {16, 32, 64, 128})
+        for (int q : {1, 2, 8}) {
+          MlaDecodeConfig c = mla_decode_default_config(d, h, q, 64);
+          set.push_back(nlohmann::json::parse(c.to_json()));
+        }
+    return set;
+  };
+  op.canonicalize = [](const nlohmann::json& j) {
+    return nlohmann::json::parse(MlaDecodeConfig::from_json(j.dump()).to_json());
+  };
+  op.recipe = [](const nlohmann::json& j, Arch arch) {
+    check_arch(arch, "mla_decode");
+    return main_recipe(MlaDecodeConfig::from_json(j.dump()), arch);
+  };
+  return op;
+}
+
+OpSpec mla_decode_combine_op_spec() {
+  OpSpec op;
+  op.name = "mla_decode_combine";
+  op.id = kMlaDecodeCombineOpId;
+  op.summary = "merges mla_decode's split-KV partials through their lse (launched by mla_decode)";
+  op.fields = {
+      {"dtype", "bf16, f16", "\"bf16\"", "output type"},
+      {"num_heads", "16..128, multiple of 16", "128", "query heads h"},
+  };
+  op.archs = {kSm90a};
+  auto parse = [](const nlohmann::json& j) {
+    ConfigReader r(j, "mla_decode_combine");
+    const DType d = r.get_dtype("dtype", DType::kBF16);
+    const int h = r.get_int("num_heads", 128);
+    r.finish();
+    MlaDecodeConfig c;  // reuse the field rules
+    c.dtype = d;
+    c.num_heads = h;
+    c.validate();
+    return std::pair{d, h};
+  };
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (DType d : {DType::kBF16, DType::kF16})
+      for (int h : {16, 32, 64, 128})
+        set.push_back({{"dtype", std::string(to_string(d))}, {"num_heads", h}});
+    return set;
+  };
+  op.canonicalize = [parse](const nlohmann::json& j) {
+    auto [d, h] = parse(j);
+    return nlohmann::json{{"dtype", std::string(to_string(d))}, {"num_heads", h}};
+  };
+  op.recipe = [parse](const nlohmann::json& j, Arch arch) {
+    check_arch(arch, "mla_decode_combine");
+    auto [d, h] = parse(j);
+    return combine_recipe(d, h, arch);
+  };
+  return op;
+}
+
+}  // namespace ops
+}  // namespace attnjit
