@@ -87,8 +87,12 @@ void maybe_die(const char* step) {
   if (!at.empty() && at == step) ::kill(::getpid(), SIGKILL);
 }
 
-std::string marker_text(const std::string& key, const std::string& cubin_sha) {
-  return fmt::format("attnjit cache entry v{}\nkey {}\ncubin-sha256 {}\n", kMetaFormat, key, cubin_sha);
+// The marker pins the exact bytes of both other files: any change to either is caught
+// before meta.json is even parsed.
+std::string marker_text(const std::string& key, const std::string& cubin_sha,
+                        const std::string& meta_sha) {
+  return fmt::format("attnjit cache entry v{}\nkey {}\ncubin-sha256 {}\nmeta-sha256 {}\n",
+                     kMetaFormat, key, cubin_sha, meta_sha);
 }
 
 std::string unique_suffix() {
@@ -123,8 +127,8 @@ ReadResult read_entry(const std::string& dir, const std::string& key, const std:
   r.bytes = marker->size() + meta_text->size() + cubin->size();
 
   const std::string cubin_sha = sha256_hex(*cubin);
-  if (*marker != marker_text(key, cubin_sha))
-    return corrupt("the COMMITTED marker does not name this key and cubin");
+  if (*marker != marker_text(key, cubin_sha, sha256_hex(*meta_text)))
+    return corrupt("the COMMITTED marker does not match this key, cubin and meta.json");
   try {
     nlohmann::json meta = nlohmann::json::parse(*meta_text);
     if (meta.at("format").get<int>() != kMetaFormat) return corrupt("meta.json has another format");
@@ -201,9 +205,11 @@ bool publish_entry(const std::string& root, const std::string& key, const KeyInp
   try {
     write_file(tmp / kCubinFile, cubin);
     maybe_die("cubin");
-    write_file(tmp / kMetaFile, meta.dump(2) + "\n");
+    const std::string meta_text = meta.dump(2) + "\n";
+    write_file(tmp / kMetaFile, meta_text);
     maybe_die("marker");
-    write_file(tmp / kMarkerFile, marker_text(key, cubin_sha));  // last: the entry is whole
+    // Last: the entry is whole.
+    write_file(tmp / kMarkerFile, marker_text(key, cubin_sha, sha256_hex(meta_text)));
     fsync_path(tmp, O_RDONLY | O_DIRECTORY);
     maybe_die("rename");
 

@@ -2,7 +2,7 @@
 // One cache entry on disk: <root>/<arch>/<key[0:2]>/<key>/ holding
 //   kernel.cubin  the cubin, byte for byte as NVRTC produced it
 //   meta.json     the key record, options, compile ms, ptxas numbers, SHA-256 of the cubin
-//   COMMITTED     written last; names the key and the cubin's SHA-256
+//   COMMITTED     written last; names the key and the SHA-256 of the cubin and meta.json
 // Entries are built in <root>/tmp/<unique>/ (every file and the directory fsynced) and
 // published with one rename(), so a reader sees a whole entry or none. An entry is never
 // modified after publishing except its directory's mtime, the LRU recency stamp.
@@ -32,7 +32,7 @@ struct ReadResult {
 };
 
 // Reads and verifies the entry at `dir`: marker present and naming `key` and the
-// cubin's hash, meta.json well formed, its key record hashing to `key`, its arch `arch`,
+// hashes of the cubin and meta.json, meta.json well formed, its key record hashing to `key`, its arch `arch`,
 // and the cubin's size and SHA-256 as recorded. Never throws for a bad entry.
 ReadResult read_entry(const std::string& dir, const std::string& key, const std::string& arch);
 
