@@ -85,8 +85,10 @@ struct CliResult {
 
 // Runs `attnjit <args>` through sh; `args` is shell text. stderr goes to stdout when
 // `merge_stderr`, else is discarded.
-inline CliResult run_cli(const std::string& args, bool merge_stderr = false) {
-  const std::string cmd = std::string(ATTNJIT_CLI_PATH) + " " + args +
+// `env` ("NAME=value ...") is set for the CLI only.
+inline CliResult run_cli(const std::string& args, bool merge_stderr = false,
+                         const std::string& env = "") {
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + ATTNJIT_CLI_PATH + " " + args +
                           (merge_stderr ? " 2>&1" : " 2>/dev/null");
   CliResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");

@@ -1,0 +1,240 @@
+// `attnjit precompile` and `attnjit cache` as users and CI run them: exit codes, JSON
+// fields, manifest errors, several processes on one cold cache, and processes killed
+// in the middle of a publish. Uses tma_copy only (its compiles take ~50-100 ms).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <set>
+
+#include "support/catch.hpp"
+#include "test_cache_support.hpp"
+
+using namespace attnjit;
+using attnjit::test::run_cli;
+using attnjit::test::ScratchDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string dir_arg(const ScratchDir& s) { return "--cache-dir " + test::shell_quote(s.root()); }
+
+// A manifest file holding `text`; returns its path.
+std::string manifest(const ScratchDir& s, const std::string& text) {
+  static int n = 0;
+  const fs::path p = s.path / fmt::format("manifest-{}.json", n++);
+  test::write_text(p, text);
+  return p.string();
+}
+
+const char* kTwoVariants = R"([
+  {"op": "tma_copy", "config": {"dtype": "bf16", "block_m": 64, "block_n": 64, "stages": 2}},
+  {"op": "tma_copy", "config": {"dtype": "e4m3", "block_m": 64, "block_n": 128, "stages": 2},
+   "arch": "sm_90a"}
+])";
+
+}  // namespace
+
+TEST_CASE("precompile: a manifest, then all hits; JSON fields; cache ls/stats/verify",
+          "[cli][cache][nvrtc]") {
+  ScratchDir s;
+  const std::string m = manifest(s, kTwoVariants);
+  const auto first = run_cli("precompile --json --jobs 2 --manifest " + m + " " + dir_arg(s));
+  REQUIRE(first.rc == 0);
+  const nlohmann::json j = test::json_of(first);
+  INFO(first.out);
+  CHECK(j["total"] == 2);
+  CHECK(j["compiled"] == 2);
+  CHECK(j["cache_hits"] == 0);
+  CHECK(j["skipped"] == 0);
+  CHECK(j["failed"] == 0);
+  CHECK(j["variants"].size() == 2);
+
+  const auto second = run_cli("precompile --json --manifest " + m + " " + dir_arg(s));
+  REQUIRE(second.rc == 0);
+  const nlohmann::json j2 = test::json_of(second);
+  CHECK(j2["compiled"] == 0);
+  CHECK(j2["cache_hits"] == 2);
+  CHECK(j2["hit_ms_mean"].get<double>() >= 0);
+  CHECK(j2["key_setup_ms"].get<double>() > 0);
+
+  const nlohmann::json ls = test::json_of(run_cli("cache ls --json " + dir_arg(s)));
+  REQUIRE(ls.is_array());
+  REQUIRE(ls.size() == 2);
+  std::set<std::string> dtypes;
+  for (const auto& e : ls) {
+    for (const char* f : {"op", "config", "arch", "registers", "spill_bytes", "compile_ms"})
+      CHECK(e.contains(f));
+    CHECK(e["op"] == "tma_copy");
+    CHECK(e["arch"] == "sm_90a");
+    CHECK(e["spill_bytes"] == 0);
+    dtypes.insert(e["config"]["dtype"].get<std::string>());
+  }
+  CHECK(dtypes == std::set<std::string>{"bf16", "e4m3"});
+
+  const nlohmann::json st = test::json_of(run_cli("cache stats --json " + dir_arg(s)));
+  CHECK(st["entries"] == 2);
+  CHECK(st["per_arch"]["sm_90a"] == 2);
+  CHECK(st["root"] == s.root());
+
+  const auto v = run_cli("cache verify --json " + dir_arg(s));
+  CHECK(v.rc == 0);
+  const nlohmann::json vj = test::json_of(v);
+  CHECK(vj["entries"] == 2);
+  CHECK(vj["ok"] == 2);
+  CHECK(vj["corrupt"] == 0);
+
+  // Damage one entry: verify reports it (exit 1) and quarantines it.
+  const std::string key = ls[0]["key"].get<std::string>();
+  const fs::path cubin = fs::path(s.root()) / "sm_90a" / key.substr(0, 2) / key / "kernel.cubin";
+  test::write_text(cubin, "not a cubin");
+  const auto bad = run_cli("cache verify --json " + dir_arg(s));
+  CHECK(bad.rc == 1);
+  CHECK(test::json_of(bad)["corrupt"] == 1);
+  CHECK(test::json_of(run_cli("cache stats --json " + dir_arg(s)))["quarantined"] == 1);
+  // ... and the next precompile rebuilds it.
+  const nlohmann::json j3 = test::json_of(run_cli("precompile --json --manifest " + m + " " + dir_arg(s)));
+  CHECK(j3["compiled"] == 1);
+  CHECK(j3["cache_hits"] == 1);
+
+  const nlohmann::json pr = test::json_of(run_cli("cache prune --max-size 0 --json " + dir_arg(s)));
+  CHECK(pr["removed"] == 2);
+  CHECK(pr["cleaned"] == 1);  // the quarantined entry
+  CHECK(test::json_of(run_cli("cache ls --json " + dir_arg(s))).empty());
+  run_cli("precompile --manifest " + m + " " + dir_arg(s));
+  CHECK(test::json_of(run_cli("cache clear --json " + dir_arg(s)))["removed"] == 2);
+  CHECK(test::json_of(run_cli("cache stats --json " + dir_arg(s)))["entries"] == 0);
+}
+
+TEST_CASE("precompile: variants whose op lacks the arch are skipped", "[cli][cache]") {
+  ScratchDir s;
+  const auto r = run_cli("precompile --json --op tma_copy --arch sm_80 " + dir_arg(s));
+  REQUIRE(r.rc == 0);
+  const nlohmann::json j = test::json_of(r);
+  CHECK(j["total"].get<int>() > 0);
+  CHECK(j["skipped"] == j["total"]);
+  CHECK(j["compiled"] == 0);
+  CHECK(j["failed"] == 0);
+}
+
+TEST_CASE("precompile: manifest and usage errors exit 2 naming the problem", "[cli][cache]") {
+  ScratchDir s;
+  auto expect_usage = [&](const std::string& args, const std::string& needle) {
+    const auto r = run_cli(args + " " + dir_arg(s), true);
+    INFO(args << "\n" << r.out);
+    CHECK(r.rc == 2);
+    CHECK(r.out.find(needle) != std::string::npos);
+  };
+  auto with = [&](const std::string& text) { return "precompile --manifest " + manifest(s, text); };
+  expect_usage(with(R"([{"op": "tma_copy", "cfg": {}}])"), "unknown field 'cfg'");
+  expect_usage(with(R"([{"op": "tma_copy", "config": {"block_q": 64}}])"), "block_q");
+  expect_usage(with(R"([{"op": "tma_copy", "config": {"block_m": 7}}])"), "block_m");
+  expect_usage(with(R"([{"op": "tma_copy", "config": {"stages": 99}}])"), "stages");
+  expect_usage(with(R"([{"op": "tma_copy", "config": {"dtype": "bf17"}}])"), "bf17");
+  expect_usage(with(R"([{"op": "flash_nope", "config": {}}])"), "flash_nope");
+  expect_usage(with(R"([{"op": "tma_copy", "config": {}, "arch": "sm_9000"}])"), "sm_9000");
+  expect_usage(with(R"([{"config": {}}])"), "'op'");
+  expect_usage(with(R"({"op": "tma_copy"})"), "JSON list");
+  expect_usage(with("[{"), "not JSON");
+  expect_usage(with(R"([{"op": "tma_copy"}, {"op": "tma_copy", "config": {"block_m": 7}}])"),
+               "item 1");
+  expect_usage("precompile --manifest /nonexistent/manifest.json", "cannot read");
+  expect_usage("precompile --arch sm_nope", "sm_nope");
+  expect_usage("precompile --jobs 0", "jobs");
+  expect_usage("precompile --config '{}'", "--config needs --op");
+  expect_usage("precompile --frobnicate", "frobnicate");
+  expect_usage("cache frob", "frob");
+  expect_usage("cache prune --max-size 10X", "10X");
+  expect_usage("cache ls --max-size 1G", "--max-size only applies to prune");
+  CHECK_FALSE(fs::exists(fs::path(s.root()) / "sm_90a"));  // nothing was built
+}
+
+TEST_CASE("precompile: an unsafe root is refused with exit 1", "[cli][cache]") {
+  ScratchDir s;
+  fs::create_directories(s.root());
+  fs::permissions(s.root(), fs::perms::all);
+  const auto r = run_cli("precompile --op tma_copy " + dir_arg(s), true);
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("writable by group and others") != std::string::npos);
+  const auto st = run_cli("cache stats " + dir_arg(s), true);
+  CHECK(st.rc == 1);
+}
+
+TEST_CASE("precompile: strict mode's error line builds the missing kernel", "[cli][cache][nvrtc]") {
+  ScratchDir s;
+  const std::string config = R"('{"dtype":"bf16","block_m":64,"block_n":64,"stages":2}')";
+  CHECK(run_cli("precompile --op tma_copy --config " + config + " " + dir_arg(s)).rc == 0);
+  // In strict mode precompile is a coverage check: hits pass, every miss fails.
+  const std::string strict_env = "ATTNJIT_NO_COMPILE=1";
+  const auto hit = run_cli("precompile --json --op tma_copy --config " + config + " " + dir_arg(s),
+                           false, strict_env);
+  const auto miss = run_cli("precompile --json --op tma_copy --config " +
+                                std::string(R"('{"dtype":"f16","block_m":64,"block_n":64,"stages":2}')") +
+                                " " + dir_arg(s),
+                            false, strict_env);
+  CHECK(hit.rc == 0);
+  CHECK(test::json_of(hit)["cache_hits"] == 1);
+  REQUIRE(miss.rc == 1);
+  const nlohmann::json mj = test::json_of(miss);
+  CHECK(mj["failed"] == 1);
+  const std::string error = mj["variants"][0]["error"].get<std::string>();
+  INFO(error);
+  const size_t at = error.find("attnjit precompile ");
+  REQUIRE(at != std::string::npos);
+  // Run exactly the printed line (with this build's binary): then strict mode hits.
+  const std::string line = error.substr(at + std::string("attnjit ").size());
+  CHECK(run_cli(line).rc == 0);
+  const auto after = run_cli(line + " --json", false, strict_env);
+  CHECK(after.rc == 0);
+  CHECK(test::json_of(after)["cache_hits"] == 1);
+}
+
+TEST_CASE("precompile: processes racing on one cold cache leave exactly one entry",
+          "[cli][cache][nvrtc][processes]") {
+  ScratchDir s;
+  constexpr int kProcs = 6;
+  const std::string m = manifest(s, kTwoVariants);
+  // All start together; each writes its JSON and exit code.
+  std::string script = "for i in $(seq " + std::to_string(kProcs) + "); do (" ATTNJIT_CLI_PATH
+                       " precompile --json --jobs 2 --manifest " + m + " " + dir_arg(s) + " > " +
+                       (s.path / "out-$i.json").string() + " 2>/dev/null; echo $? > " +
+                       (s.path / "rc-$i").string() + ") & done; wait";
+  REQUIRE(std::system(script.c_str()) == 0);
+  int compiled = 0, hits = 0;
+  for (int i = 1; i <= kProcs; ++i) {
+    INFO("process " << i);
+    CHECK(test::read_text(s.path / fmt::format("rc-{}", i)) == "0\n");
+    const nlohmann::json j =
+        nlohmann::json::parse(test::read_text(s.path / fmt::format("out-{}.json", i)), nullptr, false);
+    REQUIRE(j.is_object());
+    CHECK(j["failed"] == 0);
+    compiled += j["compiled"].get<int>();
+    hits += j["cache_hits"].get<int>();
+  }
+  CHECK(compiled + hits == 2 * kProcs);
+  CHECK(compiled >= 2);
+  const nlohmann::json v = test::json_of(run_cli("cache verify --json " + dir_arg(s)));
+  CHECK(v["entries"] == 2);
+  CHECK(v["ok"] == 2);
+  CHECK(test::json_of(run_cli("cache stats --json " + dir_arg(s)))["quarantined"] == 0);
+}
+
+TEST_CASE("precompile: a process killed while publishing leaves nothing loadable",
+          "[cli][cache][nvrtc][processes]") {
+  ScratchDir s;
+  const std::string args = "precompile --json --op tma_copy --config "
+                           R"('{"dtype":"bf16","block_m":64,"block_n":64,"stages":2}' )" +
+                           dir_arg(s);
+  for (const char* step : {"cubin", "marker", "rename"}) {
+    INFO("killed before " << step);
+    const auto killed = run_cli(args, false, std::string("ATTNJIT_CACHE_TEST_KILL_AT=") + step);
+    CHECK(killed.rc == 128 + 9);  // SIGKILL
+    const nlohmann::json st = test::json_of(run_cli("cache stats --json " + dir_arg(s)));
+    CHECK(st["entries"] == 0);  // the half-built entry is only in tmp/
+    CHECK(st["tmp"].get<int>() >= 1);
+  }
+  const nlohmann::json j = test::json_of(run_cli(args));
+  CHECK(j["compiled"] == 1);
+  const nlohmann::json v = test::json_of(run_cli("cache verify --json " + dir_arg(s)));
+  CHECK(v["entries"] == 1);
+  CHECK(v["ok"] == 1);
+}
