@@ -5,6 +5,7 @@
 #include <nvrtc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <regex>
 
 #include "attnjit/error.hpp"
+#include "jit/cubin_info.hpp"
 #include "jit/embedded.hpp"
 #include "jit/toolkit.hpp"
 
@@ -155,6 +157,19 @@ CompiledKernel compile(const KernelSource& src, const CompileOptions& opts) {
   out.compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   out.ptxas = parse_ptxas_info(out.log, out.lowered_name);
+  if (!out.ptxas.parsed) {
+    // No ptxas report in the log (seen on GPU machines once the driver is initialized):
+    // take registers and the stack frame from the cubin itself. Spills live in that frame,
+    // so an empty frame proves there are none; otherwise count the frame as spill.
+    if (auto res = cubin_resources(out.cubin, out.lowered_name)) {
+      out.ptxas.registers = res->registers;
+      out.ptxas.stack_frame_bytes = std::max(res->frame_bytes, 0);
+      out.ptxas.spill_store_bytes = out.ptxas.stack_frame_bytes;
+      out.ptxas.spill_load_bytes = out.ptxas.stack_frame_bytes;
+      out.ptxas.parsed = true;
+      out.ptxas.from_cubin = true;
+    }
+  }
   return out;
 }
 

@@ -19,6 +19,7 @@ struct PtxasInfo {
   int static_smem_bytes = 0;
   int barriers = 0;
   bool parsed = false;
+  bool from_cubin = false;  // log had no report: registers/frame read from the cubin's ELF
 };
 
 // Parses the "ptxas info" lines NVRTC writes to its log under --ptxas-options=-v.

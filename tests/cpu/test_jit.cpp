@@ -10,6 +10,7 @@
 
 #include "attnjit/ops/tma_copy.hpp"
 #include "jit/compiler.hpp"
+#include "jit/cubin_info.hpp"
 #include "jit/embedded.hpp"
 #include "jit/toolkit.hpp"
 #include "ops/registry.hpp"
@@ -173,4 +174,14 @@ TEST_CASE("every op's default set compiles for every declared arch", "[jit][nvrt
       }
     }
   }
+}
+
+TEST_CASE("registers and stack frame are read from the cubin too", "[jit][nvrtc]") {
+  const jit::CompiledKernel k = jit::compile(tma_copy_source(), jit::CompileOptions{});
+  const auto res = jit::cubin_resources(k.cubin, k.lowered_name);
+  REQUIRE(res.has_value());
+  CHECK(res->registers == k.ptxas.registers);  // agrees with ptxas's own report
+  CHECK(res->frame_bytes == k.ptxas.stack_frame_bytes);
+  CHECK_FALSE(jit::cubin_resources(k.cubin, "_Z7missingv").has_value());
+  CHECK_FALSE(jit::cubin_resources(std::vector<char>(100, 'x'), k.lowered_name).has_value());
 }
