@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 // An advisory per-key lock (flock on <root>/tmp/<key>.lock) so that processes missing the
@@ -87,7 +88,8 @@ bool Cache::try_load(const std::string& dir, const std::string& key, const std::
     return true;
   }
   if (r.status == ReadResult::Status::kCorrupt) {
-    const std::string moved = settings_.read_only ? "" : quarantine_entry(settings_.root, dir, r.reason);
+    const std::string moved =
+        settings_.read_only ? "" : quarantine_entry(settings_.root, dir, r.reason);
     fmt::print(stderr, "attnjit: warning: cache entry {} is bad ({}); {}\n", dir, r.reason,
                moved.empty() ? "ignoring it" : "moved to " + moved + ", rebuilding");
   }
@@ -107,13 +109,13 @@ Compiled Cache::ensure_compiled(const jit::KernelRecipe& recipe) {
   if (try_load(dir, out.key, inputs.arch, out)) return done();
 
   if (settings_.strict)
-    throw Error(ErrorKind::kCache,
-                fmt::format("ATTNJIT_NO_COMPILE is set and op '{}' with config {} for {} is not in "
-                            "the kernel cache {} (key {}). Build it ahead with:\n  {}",
-                            recipe.source.op, inputs.config_json, inputs.arch, settings_.root,
-                            out.key,
-                            precompile_command(recipe.source.op, inputs.config_json, inputs.arch,
-                                               settings_.root)));
+    throw Error(
+        ErrorKind::kCache,
+        fmt::format(
+            "ATTNJIT_NO_COMPILE is set and op '{}' with config {} for {} is not in "
+            "the kernel cache {} (key {}). Build it ahead with:\n  {}",
+            recipe.source.op, inputs.config_json, inputs.arch, settings_.root, out.key,
+            precompile_command(recipe.source.op, inputs.config_json, inputs.arch, settings_.root)));
   if (settings_.read_only) {
     warn_read_only_once(settings_);
     out.kernel = jit::compile_recipe(recipe);
@@ -129,7 +131,7 @@ Compiled Cache::ensure_compiled(const jit::KernelRecipe& recipe) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (publish_entry(settings_.root, out.key, inputs, out.kernel, recipe.dynamic_smem_bytes)) {
       lock.published();
-      after_publish(out.key, out.kernel.cubin.size());
+      after_publish(out.kernel.cubin.size());
       break;
     }
     ReadResult theirs = read_entry(dir, out.key, inputs.arch);
@@ -140,7 +142,7 @@ Compiled Cache::ensure_compiled(const jit::KernelRecipe& recipe) {
   return done();
 }
 
-void Cache::after_publish(const std::string& key, uint64_t bytes) {
+void Cache::after_publish(uint64_t bytes) {
   // The size cap is enforced by the process that grows the cache. Scanning the root is
   // O(entries), so it happens once per process; later publishes add to the estimate.
   std::lock_guard lock(shared_->mutex);
@@ -152,7 +154,6 @@ void Cache::after_publish(const std::string& key, uint64_t bytes) {
     shared_->size_estimate += static_cast<int64_t>(bytes) + 4096;  // + meta and marker
   }
   if (static_cast<uint64_t>(shared_->size_estimate) > settings_.max_size) {
-    (void)key;
     const PruneReport r = prune(settings_.max_size);
     shared_->size_estimate = static_cast<int64_t>(r.kept_bytes);
   }

@@ -41,7 +41,7 @@ struct EntryInfo {
 struct Stats {
   uint64_t entries = 0, bytes = 0;
   uint64_t quarantined = 0, quarantine_bytes = 0;
-  uint64_t tmp_dirs = 0, tmp_bytes = 0;  // unfinished publishes (and locks)
+  uint64_t tmp_dirs = 0, tmp_bytes = 0;                    // unfinished publishes (and locks)
   std::vector<std::pair<std::string, uint64_t>> per_arch;  // arch → entries
 };
 
@@ -82,7 +82,7 @@ class Cache {
  private:
   bool try_load(const std::string& dir, const std::string& key, const std::string& arch,
                 Compiled& out);
-  void after_publish(const std::string& key, uint64_t bytes);
+  void after_publish(uint64_t bytes);
 
   struct Shared {  // ensure_compiled runs on several threads (precompile --jobs)
     std::mutex mutex;

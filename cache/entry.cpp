@@ -74,7 +74,8 @@ void write_file(const fs::path& path, std::string_view bytes) {
 }
 
 void make_dir(const fs::path& path, mode_t mode) {
-  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) io_fail("cannot create directory", path.string());
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)
+    io_fail("cannot create directory", path.string());
 }
 
 // Test hook: ATTNJIT_CACHE_TEST_KILL_AT=cubin|meta|marker|rename makes the process
@@ -237,9 +238,11 @@ std::string quarantine_entry(const std::string& root, const std::string& dir,
                              const std::string& reason) {
   const fs::path q = fs::path(root) / "quarantine";
   if (::mkdir(q.c_str(), 0700) != 0 && errno != EEXIST) return "";
-  const fs::path target = q / fmt::format("{}-{}", fs::path(dir).filename().string(), unique_suffix());
+  const fs::path target =
+      q / fmt::format("{}-{}", fs::path(dir).filename().string(), unique_suffix());
   if (::rename(dir.c_str(), target.c_str()) != 0) return "";
-  const int fd = ::open((target / "REASON").c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd =
+      ::open((target / "REASON").c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
   if (fd >= 0) {
     const std::string text = reason + "\n";
     [[maybe_unused]] ssize_t n = ::write(fd, text.data(), text.size());

@@ -25,15 +25,15 @@ std::string entry_dir(const std::string& root, const std::string& arch, const st
 struct ReadResult {
   enum class Status { kMissing, kOk, kCorrupt };
   Status status = Status::kMissing;
-  std::string reason;            // why it is corrupt
-  jit::CompiledKernel kernel;    // when kOk (log empty; options normalized)
-  nlohmann::json meta;           // when kOk
-  uint64_t bytes = 0;            // on-disk size of the entry's files
+  std::string reason;          // why it is corrupt
+  jit::CompiledKernel kernel;  // when kOk (log empty; options normalized)
+  nlohmann::json meta;         // when kOk
+  uint64_t bytes = 0;          // on-disk size of the entry's files
 };
 
 // Reads and verifies the entry at `dir`: marker present and naming `key` and the
-// hashes of the cubin and meta.json, meta.json well formed, its key record hashing to `key`, its arch `arch`,
-// and the cubin's size and SHA-256 as recorded. Never throws for a bad entry.
+// hashes of the cubin and meta.json, meta.json well formed, its key record hashing to `key`, its
+// arch `arch`, and the cubin's size and SHA-256 as recorded. Never throws for a bad entry.
 ReadResult read_entry(const std::string& dir, const std::string& key, const std::string& arch);
 
 // Builds the entry in <root>/tmp and renames it into place. Returns false when another

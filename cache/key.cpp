@@ -65,8 +65,8 @@ KeyInputs key_inputs_from_json(const nlohmann::json& j) {
   auto str = [&](const char* field) {
     auto it = j.find(field);
     if (it == j.end() || !it->is_string())
-      throw Error(ErrorKind::kCache, fmt::format("key record field '{}' is missing or not a string",
-                                                 field));
+      throw Error(ErrorKind::kCache,
+                  fmt::format("key record field '{}' is missing or not a string", field));
     return it->get<std::string>();
   };
   if (!j.is_object()) throw Error(ErrorKind::kCache, "key record is not a JSON object");
@@ -86,7 +86,8 @@ KeyInputs key_inputs_from_json(const nlohmann::json& j) {
   if (o == j.end() || !o->is_array())
     throw Error(ErrorKind::kCache, "key record field 'options' is missing or not a list");
   for (const auto& e : *o) {
-    if (!e.is_string()) throw Error(ErrorKind::kCache, "key record field 'options' holds a non-string");
+    if (!e.is_string())
+      throw Error(ErrorKind::kCache, "key record field 'options' holds a non-string");
     in.options.push_back(e.get<std::string>());
   }
   return in;
@@ -104,8 +105,13 @@ std::string embedded_headers_hash(std::span<const jit::EmbeddedFile> files) {
 
 const std::vector<std::string>& toolkit_key_headers() {
   static const std::vector<std::string> headers = {
-      "cuda_bf16.h", "cuda_bf16.hpp", "cuda_fp16.h", "cuda_fp16.hpp",
-      "cuda_fp8.h",  "cuda_fp8.hpp",  "cccl/cuda/std/__cccl/version.h",
+      "cuda_bf16.h",
+      "cuda_bf16.hpp",
+      "cuda_fp16.h",
+      "cuda_fp16.hpp",
+      "cuda_fp8.h",
+      "cuda_fp8.hpp",
+      "cccl/cuda/std/__cccl/version.h",
   };
   return headers;
 }
@@ -115,8 +121,10 @@ std::string toolkit_headers_hash(const std::string& include_dir) {
   h.field("toolkit").field(std::to_string(toolkit_key_headers().size()));
   for (const std::string& rel : toolkit_key_headers()) {
     h.field(rel);  // relative name only: the toolkit's location is not part of the key
-    if (auto text = read_file(std::filesystem::path(include_dir) / rel)) h.field("present").field(*text);
-    else h.field("missing");
+    if (auto text = read_file(std::filesystem::path(include_dir) / rel))
+      h.field("present").field(*text);
+    else
+      h.field("missing");
   }
   return h.hex();
 }
@@ -153,8 +161,8 @@ const ProcessInputs& process_inputs() {
     p.embedded_headers = embedded_headers_hash(jit::embedded_templates());
     const auto [major, minor] = jit::nvrtc_version();
     p.nvrtc_version = fmt::format("{}.{}", major, minor);
-    p.setup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                     .count();
+    p.setup_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     inputs = std::move(p);
   }
   return *inputs;

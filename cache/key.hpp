@@ -21,15 +21,15 @@ namespace attnjit::cache {
 inline constexpr int kKeyRecordVersion = 1;
 
 struct KeyInputs {
-  std::string attnjit_version;        // ATTNJIT_VERSION of the library
-  std::string template_id;            // "<op>:<header>:<kernel template>"
-  std::string config_json;            // canonical config
-  std::string source;                 // the generated translation unit
-  std::string embedded_headers;       // embedded_headers_hash()
-  std::string toolkit_headers;        // toolkit_headers_hash()
-  std::string nvrtc_version;          // "13.0"
-  std::string arch;                   // "sm_90a"
-  std::vector<std::string> options;   // normalize_options(): NVRTC options minus -I paths
+  std::string attnjit_version;       // ATTNJIT_VERSION of the library
+  std::string template_id;           // "<op>:<header>:<kernel template>"
+  std::string config_json;           // canonical config
+  std::string source;                // the generated translation unit
+  std::string embedded_headers;      // embedded_headers_hash()
+  std::string toolkit_headers;       // toolkit_headers_hash()
+  std::string nvrtc_version;         // "13.0"
+  std::string arch;                  // "sm_90a"
+  std::vector<std::string> options;  // normalize_options(): NVRTC options minus -I paths
 };
 
 // 64 hex digits.

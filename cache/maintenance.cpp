@@ -50,10 +50,13 @@ void remove_entry_dir(const std::string& root, const fs::path& dir) {
   static std::atomic<uint64_t> counter{0};
   const fs::path tmp = fs::path(root) / "tmp";
   ::mkdir(tmp.c_str(), 0700);
-  const fs::path doomed = tmp / fmt::format("deleting-{}-{}", static_cast<long>(::getpid()), counter++);
+  const fs::path doomed =
+      tmp / fmt::format("deleting-{}-{}", static_cast<long>(::getpid()), counter++);
   std::error_code ec;
-  if (::rename(dir.c_str(), doomed.c_str()) == 0) fs::remove_all(doomed, ec);
-  else fs::remove_all(dir, ec);
+  if (::rename(dir.c_str(), doomed.c_str()) == 0)
+    fs::remove_all(doomed, ec);
+  else
+    fs::remove_all(dir, ec);
 }
 
 }  // namespace
@@ -117,8 +120,10 @@ VerifyReport Cache::verify() {
       continue;
     }
     ++r.corrupt;
-    const std::string moved = settings_.read_only ? "" : quarantine_entry(root(), e.dir, read.reason);
-    r.problems.emplace_back(e.dir, moved.empty() ? read.reason : read.reason + "; moved to " + moved);
+    const std::string moved =
+        settings_.read_only ? "" : quarantine_entry(root(), e.dir, read.reason);
+    r.problems.emplace_back(e.dir,
+                            moved.empty() ? read.reason : read.reason + "; moved to " + moved);
   }
   return r;
 }
@@ -126,7 +131,8 @@ VerifyReport Cache::verify() {
 PruneReport Cache::prune(uint64_t max_size) {
   if (settings_.read_only)
     throw Error(ErrorKind::kCache, fmt::format("cannot prune the kernel cache {}: it is read-only "
-                                               "({})", root(), settings_.read_only_reason));
+                                               "({})",
+                                               root(), settings_.read_only_reason));
   PruneReport r;
   const std::time_t now = std::time(nullptr);
   std::error_code ec;
@@ -165,7 +171,8 @@ PruneReport Cache::prune(uint64_t max_size) {
 uint64_t Cache::clear() {
   if (settings_.read_only)
     throw Error(ErrorKind::kCache, fmt::format("cannot clear the kernel cache {}: it is read-only "
-                                               "({})", root(), settings_.read_only_reason));
+                                               "({})",
+                                               root(), settings_.read_only_reason));
   uint64_t removed = entries().size();
   std::error_code ec;
   std::vector<fs::path> doomed;

@@ -49,7 +49,8 @@ std::string create_root(const fs::path& root) {
 // bits, so this tries for real instead of asking access(W_OK).
 std::string probe_writable(const fs::path& root) {
   static std::atomic<int> counter{0};
-  const fs::path probe = root / fmt::format(".probe-{}-{}", static_cast<long>(::getpid()), counter++);
+  const fs::path probe =
+      root / fmt::format(".probe-{}-{}", static_cast<long>(::getpid()), counter++);
   const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0) return fmt::format("cannot create a file in it: {}", std::strerror(errno));
   ::close(fd);
@@ -68,7 +69,8 @@ bool env_flag(const char* name) {
 std::pair<std::string, std::string> resolve_root(const std::string& explicit_dir) {
   auto absolute = [](const std::string& p) { return fs::absolute(p).lexically_normal().string(); };
   if (!explicit_dir.empty()) return {absolute(explicit_dir), "--cache-dir"};
-  if (std::string v = env("ATTNJIT_CACHE_DIR"); !v.empty()) return {absolute(v), "ATTNJIT_CACHE_DIR"};
+  if (std::string v = env("ATTNJIT_CACHE_DIR"); !v.empty())
+    return {absolute(v), "ATTNJIT_CACHE_DIR"};
   // The XDG spec says relative values are to be ignored; so do we (never the cwd).
   if (std::string v = env("XDG_CACHE_HOME"); !v.empty() && v[0] == '/')
     return {(fs::path(v) / "attnjit").lexically_normal().string(), "XDG_CACHE_HOME"};
@@ -76,16 +78,17 @@ std::pair<std::string, std::string> resolve_root(const std::string& explicit_dir
   if (home.empty() || home[0] != '/')
     if (const passwd* pw = ::getpwuid(::geteuid())) home = pw->pw_dir ? pw->pw_dir : "";
   if (home.empty() || home[0] != '/')
-    throw Error(ErrorKind::kCache, "no cache directory: set --cache-dir or ATTNJIT_CACHE_DIR "
-                                   "(HOME is unset and the user has no home directory)");
+    throw Error(ErrorKind::kCache,
+                "no cache directory: set --cache-dir or ATTNJIT_CACHE_DIR "
+                "(HOME is unset and the user has no home directory)");
   return {(fs::path(home) / ".cache" / "attnjit").lexically_normal().string(), "HOME"};
 }
 
 void check_root_trust(const std::string& root, const std::string& source) {
   struct stat st {};
   if (::stat(root.c_str(), &st) != 0)
-    throw Error(ErrorKind::kCache, fmt::format("cache root {} (from {}): {}", root, source,
-                                               std::strerror(errno)));
+    throw Error(ErrorKind::kCache,
+                fmt::format("cache root {} (from {}): {}", root, source, std::strerror(errno)));
   if (!S_ISDIR(st.st_mode))
     throw Error(ErrorKind::kCache,
                 fmt::format("cache root {} (from {}) is not a directory", root, source));
@@ -103,7 +106,10 @@ void check_root_trust(const std::string& root, const std::string& source) {
                 fmt::format("cache root {} (from {}) is writable by {} (mode {:04o}); anyone "
                             "there could plant a cubin that runs on your GPU. Fix with: chmod "
                             "go-w {}",
-                            root, source, group && others ? "group and others" : group ? "group" : "others",
+                            root, source,
+                            group && others ? "group and others"
+                            : group         ? "group"
+                                            : "others",
                             st.st_mode & 07777, root));
 }
 
@@ -141,20 +147,28 @@ uint64_t parse_size(std::string_view text, const std::string& what) {
   t.erase(std::remove_if(t.begin(), t.end(), [](unsigned char c) { return std::isspace(c); }),
           t.end());
   size_t digits = 0;
-  while (digits < t.size() && (std::isdigit(static_cast<unsigned char>(t[digits])) || t[digits] == '.'))
+  while (digits < t.size() &&
+         (std::isdigit(static_cast<unsigned char>(t[digits])) || t[digits] == '.'))
     ++digits;
   if (digits == 0) return bad();
   std::string unit = t.substr(digits);
-  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::toupper(c); });
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
   if (unit.size() > 1 && (unit.ends_with("IB") || unit.ends_with("B")))
     unit = unit.substr(0, unit.size() - (unit.ends_with("IB") ? 2 : 1));
   int shift = 0;
-  if (unit.empty() || unit == "B") shift = 0;
-  else if (unit == "K") shift = 10;
-  else if (unit == "M") shift = 20;
-  else if (unit == "G") shift = 30;
-  else if (unit == "T") shift = 40;
-  else return bad();
+  if (unit.empty() || unit == "B")
+    shift = 0;
+  else if (unit == "K")
+    shift = 10;
+  else if (unit == "M")
+    shift = 20;
+  else if (unit == "G")
+    shift = 30;
+  else if (unit == "T")
+    shift = 40;
+  else
+    return bad();
   double number = 0;
   try {
     size_t used = 0;

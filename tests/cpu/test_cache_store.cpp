@@ -17,8 +17,8 @@
 #include "test_cache_support.hpp"
 
 using namespace attnjit;
-using attnjit::test::ScratchDir;
 using attnjit::test::ScopedEnv;
+using attnjit::test::ScratchDir;
 using attnjit::test::tma_recipe;
 namespace fs = std::filesystem;
 
@@ -170,7 +170,9 @@ TEST_CASE("cache: what a killed publisher leaves is never loaded", "[cache][nvrt
   SECTION("a half-written entry in tmp/ is invisible") {
     const fs::path tmp = fs::path(c.root()) / "tmp" / (key.substr(0, 16) + "-999-0-0");
     fs::create_directories(tmp);
-    test::write_text(tmp / "kernel.cubin", "\x7f" "ELF partial");
+    test::write_text(tmp / "kernel.cubin",
+                     "\x7f"
+                     "ELF partial");
     CHECK(c.entries().empty());
     CHECK(c.stats().tmp_dirs == 1);
     CHECK_FALSE(c.ensure_compiled(tma_recipe()).hit());
@@ -288,7 +290,8 @@ TEST_CASE("cache: the root comes from --cache-dir, the environment, XDG, HOME", 
     CHECK(cache::resolve_root("").first == "/home/someone/.cache/attnjit");
   }
   ScopedEnv x("XDG_CACHE_HOME", "/xdg");
-  CHECK(cache::resolve_root("") == std::pair<std::string, std::string>{"/xdg/attnjit", "XDG_CACHE_HOME"});
+  CHECK(cache::resolve_root("") ==
+        std::pair<std::string, std::string>{"/xdg/attnjit", "XDG_CACHE_HOME"});
   ScopedEnv d("ATTNJIT_CACHE_DIR", "/env/cache");
   CHECK(cache::resolve_root("").first == "/env/cache");
   CHECK(cache::resolve_root("/flag/dir").first == "/flag/dir");
@@ -313,8 +316,7 @@ TEST_CASE("cache: strict mode turns a miss into an error with the precompile lin
   CHECK(cache::Cache::open(scratch.root()).ensure_compiled(tma_recipe()).hit());
 }
 
-TEST_CASE("cache: a read-only root serves hits and compiles misses into memory",
-          "[cache][nvrtc]") {
+TEST_CASE("cache: a read-only root serves hits and compiles misses into memory", "[cache][nvrtc]") {
   ScratchDir scratch;
   cache::Cache::open(scratch.root()).ensure_compiled(tma_recipe());
   auto check_read_only = [&](cache::Cache c) {

@@ -43,19 +43,23 @@ struct ScopedEnv {
     const char* o = std::getenv(n);
     had = o != nullptr;
     if (had) old = o;
-    if (value) ::setenv(n, value, 1);
-    else ::unsetenv(n);
+    if (value)
+      ::setenv(n, value, 1);
+    else
+      ::unsetenv(n);
   }
   ~ScopedEnv() {
-    if (had) ::setenv(name.c_str(), old.c_str(), 1);
-    else ::unsetenv(name.c_str());
+    if (had)
+      ::setenv(name.c_str(), old.c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
   }
 };
 
 // tma_copy recipes: real NVRTC compiles of ~50-100 ms each.
 inline nlohmann::json tma_config(const nlohmann::json& changes = nlohmann::json::object()) {
-  nlohmann::json c = {{"dtype", "bf16"}, {"block_m", 64}, {"block_n", 64}, {"stages", 2},
-                      {"swizzle", "128B"}};
+  nlohmann::json c = {
+      {"dtype", "bf16"}, {"block_m", 64}, {"block_n", 64}, {"stages", 2}, {"swizzle", "128B"}};
   if (!changes.is_null()) c.merge_patch(changes);
   return ops::find_op("tma_copy").canonicalize(c);
 }
@@ -79,8 +83,8 @@ inline std::string shell_quote(const std::string& s) {
 }
 
 struct CliResult {
-  int rc = -1;       // exit status; 128 + signal when killed
-  std::string out;   // stdout (and stderr when merged)
+  int rc = -1;      // exit status; 128 + signal when killed
+  std::string out;  // stdout (and stderr when merged)
 };
 
 // Runs `attnjit <args>` through sh; `args` is shell text. stderr goes to stdout when

@@ -92,7 +92,8 @@ TEST_CASE("precompile: a manifest, then all hits; JSON fields; cache ls/stats/ve
   CHECK(test::json_of(bad)["corrupt"] == 1);
   CHECK(test::json_of(run_cli("cache stats --json " + dir_arg(s)))["quarantined"] == 1);
   // ... and the next precompile rebuilds it.
-  const nlohmann::json j3 = test::json_of(run_cli("precompile --json --manifest " + m + " " + dir_arg(s)));
+  const nlohmann::json j3 =
+      test::json_of(run_cli("precompile --json --manifest " + m + " " + dir_arg(s)));
   CHECK(j3["compiled"] == 1);
   CHECK(j3["cache_hits"] == 1);
 
@@ -167,10 +168,11 @@ TEST_CASE("precompile: strict mode's error line builds the missing kernel", "[cl
   const std::string strict_env = "ATTNJIT_NO_COMPILE=1";
   const auto hit = run_cli("precompile --json --op tma_copy --config " + config + " " + dir_arg(s),
                            false, strict_env);
-  const auto miss = run_cli("precompile --json --op tma_copy --config " +
-                                std::string(R"('{"dtype":"f16","block_m":64,"block_n":64,"stages":2}')") +
-                                " " + dir_arg(s),
-                            false, strict_env);
+  const auto miss =
+      run_cli("precompile --json --op tma_copy --config " +
+                  std::string(R"('{"dtype":"f16","block_m":64,"block_n":64,"stages":2}')") + " " +
+                  dir_arg(s),
+              false, strict_env);
   CHECK(hit.rc == 0);
   CHECK(test::json_of(hit)["cache_hits"] == 1);
   REQUIRE(miss.rc == 1);
@@ -194,17 +196,17 @@ TEST_CASE("precompile: processes racing on one cold cache leave exactly one entr
   constexpr int kProcs = 6;
   const std::string m = manifest(s, kTwoVariants);
   // All start together; each writes its JSON and exit code.
-  std::string script = "for i in $(seq " + std::to_string(kProcs) + "); do (" ATTNJIT_CLI_PATH
-                       " precompile --json --jobs 2 --manifest " + m + " " + dir_arg(s) + " > " +
-                       (s.path / "out-$i.json").string() + " 2>/dev/null; echo $? > " +
-                       (s.path / "rc-$i").string() + ") & done; wait";
+  std::string script = "for i in $(seq " + std::to_string(kProcs) +
+                       "); do (" ATTNJIT_CLI_PATH " precompile --json --jobs 2 --manifest " + m +
+                       " " + dir_arg(s) + " > " + (s.path / "out-$i.json").string() +
+                       " 2>/dev/null; echo $? > " + (s.path / "rc-$i").string() + ") & done; wait";
   REQUIRE(std::system(script.c_str()) == 0);
   int compiled = 0, hits = 0;
   for (int i = 1; i <= kProcs; ++i) {
     INFO("process " << i);
     CHECK(test::read_text(s.path / fmt::format("rc-{}", i)) == "0\n");
-    const nlohmann::json j =
-        nlohmann::json::parse(test::read_text(s.path / fmt::format("out-{}.json", i)), nullptr, false);
+    const nlohmann::json j = nlohmann::json::parse(
+        test::read_text(s.path / fmt::format("out-{}.json", i)), nullptr, false);
     REQUIRE(j.is_object());
     CHECK(j["failed"] == 0);
     compiled += j["compiled"].get<int>();
@@ -221,9 +223,10 @@ TEST_CASE("precompile: processes racing on one cold cache leave exactly one entr
 TEST_CASE("precompile: a process killed while publishing leaves nothing loadable",
           "[cli][cache][nvrtc][processes]") {
   ScratchDir s;
-  const std::string args = "precompile --json --op tma_copy --config "
-                           R"('{"dtype":"bf16","block_m":64,"block_n":64,"stages":2}' )" +
-                           dir_arg(s);
+  const std::string args =
+      "precompile --json --op tma_copy --config "
+      R"('{"dtype":"bf16","block_m":64,"block_n":64,"stages":2}' )" +
+      dir_arg(s);
   for (const char* step : {"cubin", "marker", "rename"}) {
     INFO("killed before " << step);
     const auto killed = run_cli(args, false, std::string("ATTNJIT_CACHE_TEST_KILL_AT=") + step);

@@ -96,9 +96,10 @@ int ls(cache::Cache& c, bool json) {
   fmt::print("{:<8} {:<10} {:>5} {:>6} {:>8} {:>9}  {:<16}  {}\n", "arch", "op", "regs", "spill",
              "compile", "size", "last used", "config");
   for (const auto& j : out)
-    fmt::print("{:<8} {:<10} {:>5} {:>6} {:>6.0f}ms {:>9}  {:<16}  {}\n", j["arch"].get<std::string>(),
-               j["op"].get<std::string>(), j["registers"].get<int>(), j["spill_bytes"].get<int>(),
-               j["compile_ms"].get<double>(), cache::format_size(j["bytes"].get<uint64_t>()),
+    fmt::print("{:<8} {:<10} {:>5} {:>6} {:>6.0f}ms {:>9}  {:<16}  {}\n",
+               j["arch"].get<std::string>(), j["op"].get<std::string>(), j["registers"].get<int>(),
+               j["spill_bytes"].get<int>(), j["compile_ms"].get<double>(),
+               cache::format_size(j["bytes"].get<uint64_t>()),
                when(j["last_used"].get<long long>()), j["config"].dump());
   return 0;
 }
@@ -111,7 +112,8 @@ int verify(cache::Cache& c, bool json) {
     j["ok"] = r.ok;
     j["corrupt"] = r.corrupt;
     j["problems"] = nlohmann::ordered_json::array();
-    for (const auto& [dir, why] : r.problems) j["problems"].push_back({{"entry", dir}, {"reason", why}});
+    for (const auto& [dir, why] : r.problems)
+      j["problems"].push_back({{"entry", dir}, {"reason", why}});
     std::cout << j.dump(2) << "\n";
   } else {
     for (const auto& [dir, why] : r.problems) fmt::print("CORRUPT {}: {}\n", dir, why);
@@ -121,7 +123,8 @@ int verify(cache::Cache& c, bool json) {
 }
 
 int prune(cache::Cache& c, const std::string& max_size, bool json) {
-  const uint64_t cap = max_size.empty() ? c.settings().max_size : cache::parse_size(max_size, "--max-size");
+  const uint64_t cap =
+      max_size.empty() ? c.settings().max_size : cache::parse_size(max_size, "--max-size");
   const cache::PruneReport r = c.prune(cap);
   if (json) {
     nlohmann::ordered_json j;
@@ -142,8 +145,10 @@ int prune(cache::Cache& c, const std::string& max_size, bool json) {
 
 int clear(cache::Cache& c, bool json) {
   const uint64_t removed = c.clear();
-  if (json) std::cout << nlohmann::ordered_json{{"removed", removed}}.dump(2) << "\n";
-  else fmt::print("clear: removed {} entries from {}\n", removed, c.root());
+  if (json)
+    std::cout << nlohmann::ordered_json{{"removed", removed}}.dump(2) << "\n";
+  else
+    fmt::print("clear: removed {} entries from {}\n", removed, c.root());
   return 0;
 }
 
@@ -177,10 +182,12 @@ std::function<int()> add_cache_command(CLI::App& app) {
                   "stats | ls | verify (quarantines bad entries) | prune | clear")
       ->required()
       ->check(CLI::IsMember({"stats", "ls", "verify", "prune", "clear"}));
-  cmd->add_option("--cache-dir", o->cache_dir, "cache root (default: ATTNJIT_CACHE_DIR, "
-                                               "XDG_CACHE_HOME/attnjit, ~/.cache/attnjit)");
-  cmd->add_option("--max-size", o->max_size, "prune: size cap, e.g. 500M or 10G (default: "
-                                             "ATTNJIT_CACHE_MAX_SIZE or 10G)");
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "cache root (default: ATTNJIT_CACHE_DIR, "
+                  "XDG_CACHE_HOME/attnjit, ~/.cache/attnjit)");
+  cmd->add_option("--max-size", o->max_size,
+                  "prune: size cap, e.g. 500M or 10G (default: "
+                  "ATTNJIT_CACHE_MAX_SIZE or 10G)");
   cmd->add_flag("--json", o->json, "machine-readable output");
   return [o] { return run(*o); };
 }

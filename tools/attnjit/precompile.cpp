@@ -63,7 +63,8 @@ std::vector<Arch> parse_archs(const std::string& list) {
 }
 
 // Canonicalizes one {op, config} pair; `where` prefixes every error.
-nlohmann::json canonical(const ops::OpSpec& op, const nlohmann::json& config, const std::string& where) {
+nlohmann::json canonical(const ops::OpSpec& op, const nlohmann::json& config,
+                         const std::string& where) {
   try {
     return op.canonicalize(config);
   } catch (const Error& e) {
@@ -84,7 +85,8 @@ std::pair<std::vector<Variant>, std::vector<Variant>> plan(const PrecompileOptio
   const std::vector<Arch> archs = parse_archs(o.arch);
   std::vector<Variant> all;
   if (!o.manifest.empty()) {
-    if (!o.op.empty() || !o.config.empty()) throw UsageError("--manifest cannot be combined with --op/--config");
+    if (!o.op.empty() || !o.config.empty())
+      throw UsageError("--manifest cannot be combined with --op/--config");
     std::ifstream in(o.manifest);
     if (!in) throw UsageError(fmt::format("--manifest: cannot read {}", o.manifest));
     nlohmann::json m;
@@ -94,20 +96,23 @@ std::pair<std::vector<Variant>, std::vector<Variant>> plan(const PrecompileOptio
       throw UsageError(fmt::format("manifest {}: not JSON: {}", o.manifest, e.what()));
     }
     if (!m.is_array())
-      throw UsageError(fmt::format("manifest {}: must be a JSON list of {{\"op\": ..., \"config\": "
-                                   "{{...}}, \"arch\": ...}} objects", o.manifest));
+      throw UsageError(
+          fmt::format("manifest {}: must be a JSON list of {{\"op\": ..., \"config\": "
+                      "{{...}}, \"arch\": ...}} objects",
+                      o.manifest));
     for (size_t i = 0; i < m.size(); ++i) {
       const std::string where = fmt::format("manifest {} item {}", o.manifest, i);
       const nlohmann::json& item = m[i];
       if (!item.is_object()) throw UsageError(where + ": must be an object");
       for (auto it = item.begin(); it != item.end(); ++it)
         if (it.key() != "op" && it.key() != "config" && it.key() != "arch")
-          throw UsageError(fmt::format("{}: unknown field '{}' (expected op, config, arch)", where,
-                                       it.key()));
+          throw UsageError(
+              fmt::format("{}: unknown field '{}' (expected op, config, arch)", where, it.key()));
       if (!item.contains("op") || !item["op"].is_string())
         throw UsageError(where + ": field 'op' is missing or not a string");
       const ops::OpSpec& op = op_named(item["op"].get<std::string>(), where);
-      const nlohmann::json config = canonical(op, item.value("config", nlohmann::json::object()), where);
+      const nlohmann::json config =
+          canonical(op, item.value("config", nlohmann::json::object()), where);
       std::vector<Arch> item_archs = archs;
       if (item.contains("arch")) {
         if (!item["arch"].is_string()) throw UsageError(where + ": field 'arch' must be a string");
@@ -160,9 +165,10 @@ int run(const PrecompileOptions& o) {
   cache::Cache cache = cache::Cache::open(o.cache_dir);
   if (cache.settings().read_only)
     throw Error(ErrorKind::kCache, fmt::format("precompile needs a writable cache, but {} is "
-                                               "read-only ({})", cache.root(),
-                                               cache.settings().read_only_reason));
-  const int jobs = std::max(1, o.jobs > 0 ? o.jobs : static_cast<int>(std::thread::hardware_concurrency()));
+                                               "read-only ({})",
+                                               cache.root(), cache.settings().read_only_reason));
+  const int jobs =
+      std::max(1, o.jobs > 0 ? o.jobs : static_cast<int>(std::thread::hardware_concurrency()));
   double driver_init_ms = -1;
   Arch device_arch;
   if (o.load) {
@@ -203,8 +209,12 @@ int run(const PrecompileOptions& o) {
       }
       std::lock_guard lock(progress_mutex);
       ++finished;
-      (r.status == Outcome::kHit ? n_hits : r.status == Outcome::kCompiled ? n_compiled : n_failed)++;
-      const char* what = r.status == Outcome::kHit ? "cached" : r.status == Outcome::kCompiled ? "compiled" : "FAILED";
+      (r.status == Outcome::kHit        ? n_hits
+       : r.status == Outcome::kCompiled ? n_compiled
+                                        : n_failed)++;
+      const char* what = r.status == Outcome::kHit        ? "cached"
+                         : r.status == Outcome::kCompiled ? "compiled"
+                                                          : "FAILED";
       if (tty)
         fmt::print(stderr, "\r[{}/{}] compiled {}, cache hits {}, failed {}   ", finished,
                    variants.size(), n_compiled, n_hits, n_failed);
@@ -214,7 +224,8 @@ int run(const PrecompileOptions& o) {
     }
   };
   std::vector<std::thread> threads;
-  for (int t = 1; t < std::min<int>(jobs, static_cast<int>(variants.size())); ++t) threads.emplace_back(work);
+  for (int t = 1; t < std::min<int>(jobs, static_cast<int>(variants.size())); ++t)
+    threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
   if (tty && !variants.empty()) fmt::print(stderr, "\n");
@@ -227,7 +238,8 @@ int run(const PrecompileOptions& o) {
     if (r.load_ms >= 0) load_sum += r.load_ms, load_max = std::max(load_max, r.load_ms), ++loads;
   }
   auto variant_json = [](const Variant& v) {
-    return nlohmann::ordered_json{{"op", v.op->name}, {"config", v.config}, {"arch", v.arch.name()}};
+    return nlohmann::ordered_json{
+        {"op", v.op->name}, {"config", v.config}, {"arch", v.arch.name()}};
   };
   if (o.json) {
     nlohmann::ordered_json out;
@@ -254,7 +266,9 @@ int run(const PrecompileOptions& o) {
     for (size_t i = 0; i < variants.size(); ++i) {
       const Outcome& r = results[i];
       nlohmann::ordered_json j = variant_json(variants[i]);
-      j["status"] = r.status == Outcome::kHit ? "cache_hit" : r.status == Outcome::kCompiled ? "compiled" : "failed";
+      j["status"] = r.status == Outcome::kHit        ? "cache_hit"
+                    : r.status == Outcome::kCompiled ? "compiled"
+                                                     : "failed";
       j["ms"] = r.ms;
       if (r.status == Outcome::kFailed) {
         j["error"] = r.error;
@@ -274,10 +288,11 @@ int run(const PrecompileOptions& o) {
       if (results[i].status == Outcome::kFailed)
         fmt::print("FAILED {} {} {}:\n  {}\n", variants[i].op->name, variants[i].arch.name(),
                    variants[i].config.dump(), results[i].error);
-    fmt::print("precompile: {} variants into {}: compiled {}, cache hits {}, skipped {} (op lacks "
-               "the arch), failed {}; {:.1f} s with {} jobs\n",
-               variants.size() + skipped.size(), cache.root(), n_compiled, n_hits, skipped.size(),
-               n_failed, wall_ms / 1000, jobs);
+    fmt::print(
+        "precompile: {} variants into {}: compiled {}, cache hits {}, skipped {} (op lacks "
+        "the arch), failed {}; {:.1f} s with {} jobs\n",
+        variants.size() + skipped.size(), cache.root(), n_compiled, n_hits, skipped.size(),
+        n_failed, wall_ms / 1000, jobs);
     if (o.load && loads)
       fmt::print("  loaded {} on the GPU: {:.2f} ms mean, {:.2f} ms max (driver init {:.0f} ms)\n",
                  loads, load_sum / loads, load_max, driver_init_ms);
@@ -290,17 +305,21 @@ int run(const PrecompileOptions& o) {
 std::function<int()> add_precompile_command(CLI::App& app) {
   auto o = std::make_shared<PrecompileOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "precompile", "compile a manifest's variants (default: every op's default set) into the cache");
-  cmd->add_option("--manifest", o->manifest, "JSON list of {\"op\", \"config\", \"arch\"?} (docs/cache.md)");
+      "precompile",
+      "compile a manifest's variants (default: every op's default set) into the cache");
+  cmd->add_option("--manifest", o->manifest,
+                  "JSON list of {\"op\", \"config\", \"arch\"?} (docs/cache.md)");
   cmd->add_option("--arch", o->arch, "target(s), comma separated (default sm_90a)");
   cmd->add_option("--jobs,-j", o->jobs, "parallel compiles (default: hardware threads)")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--cache-dir", o->cache_dir, "cache root (default: ATTNJIT_CACHE_DIR, "
-                                               "XDG_CACHE_HOME/attnjit, ~/.cache/attnjit)");
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "cache root (default: ATTNJIT_CACHE_DIR, "
+                  "XDG_CACHE_HOME/attnjit, ~/.cache/attnjit)");
   cmd->add_option("--op", o->op, "build this op only (its default set, or --config)");
   cmd->add_option("--config", o->config, "one config JSON for --op");
   cmd->add_flag("--json", o->json, "print one JSON object (counts, per-variant results)");
-  cmd->add_flag("--load", o->load, "also load each cubin of the GPU's arch and time it (needs a GPU)");
+  cmd->add_flag("--load", o->load,
+                "also load each cubin of the GPU's arch and time it (needs a GPU)");
   return [o] { return run(*o); };
 }
 
