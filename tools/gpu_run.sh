@@ -39,9 +39,13 @@ timeout -s KILL "${TEST_TIMEOUT:-240}" "$BUILD_DIR/tests/attnjit_tests" "${TEST_
 
 if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   echo "== benchmarks"
-  bench() { timeout -s KILL 60 "$BUILD_DIR/attnjit" bench "$@" --json >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench $* failed"; status=1; }; }
+  bench() { timeout -s KILL "${BENCH_TIMEOUT:-60}" "$BUILD_DIR/attnjit" bench "$@" --json >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench $* failed"; status=1; }; }
   : >"$OUT_DIR/bench.jsonl"
   bench dispatch
+  # mla_decode: the issue's shapes (each checked against the float64 reference first),
+  # then the PyTorch peer and the machine's ceilings in the same call.
+  BENCH_TIMEOUT=300 bench mla_decode
+  timeout -s KILL 300 python3 tools/bench_mla_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_mla_torch.py failed"; status=1; }
   for dt in bf16 e4m3; do
     bench tma_copy --shape rows=16384,cols=16384,dtype=$dt
   done

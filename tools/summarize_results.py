@@ -73,6 +73,26 @@ def main():
         elif b.get("op") == "dispatch":
             print(f"dispatch: raw {b['raw_launch_us']:.3f} us, op {b['op_call_us']:.3f} us, "
                   f"overhead {b['overhead_us']:.3f} us")
+        elif b.get("op") == "mla_decode":
+            sh = b["shape"]
+            name = (f"b{sh['b']} q{sh['q_len']} h{sh['h']} s_k{sh['s_k']}"
+                    f"{' varlen' if sh.get('varlen') else ''}")
+            if "median_us" in b:
+                print(f"mla_decode {name:<28} splits {b['num_splits']:>3}: {b['median_us']:8.1f} us "
+                      f"{b['gbps']:7.0f} GB/s ({100 * b['ratio_to_copy']:4.0f}% of copy) "
+                      f"{b['tflops']:6.1f} TFLOP/s  rel_l2 {b['check']['rel_l2']:.1e}")
+            else:
+                print(f"mla_decode {name}: {b.get('error', 'no timing')}")
+        elif b.get("op") == "mla_decode_torch":
+            sh = b.get("shape", {})
+            if "median_us" in b:
+                print(f"torch[{b.get('impl')}] {json.dumps(sh, separators=(',', ':'))}: "
+                      f"{b['median_us']:8.1f} us {b['gbps']:7.0f} GB/s {b['tflops']:6.1f} TFLOP/s")
+            else:
+                print(f"torch[{b.get('impl')}] {json.dumps(sh, separators=(',', ':'))}: {b.get('error')}")
+        elif b.get("op") == "ceiling":
+            val = f"{b['gbps']:.0f} GB/s" if "gbps" in b else f"{b['tflops']:.0f} TFLOP/s"
+            print(f"ceiling {b['kind']}: {val}")
         else:
             print(json.dumps(b))
     print("RESULT:", "PASS" if ok else "FAIL")

@@ -51,5 +51,6 @@ OpSpec mla_decode_combine_op_spec();
 inline constexpr uint32_t kTmaCopyOpId = 1;
 inline constexpr uint32_t kMlaDecodeOpId = 2;
 inline constexpr uint32_t kMlaDecodeCombineOpId = 3;
+inline constexpr uint32_t kMlaDecodeCheckOpId = 4;  // ATTNJIT_CHECK=1 validation kernel
 
 }  // namespace attnjit::ops

@@ -20,6 +20,9 @@ struct BenchOptions {
 // Runs `attnjit bench`; returns the process exit code.
 int run_bench(const BenchOptions& opts);
 
+// `attnjit bench mla_decode` (tools/attnjit/bench_mla.cpp).
+int bench_mla_decode(const BenchOptions& opts);
+
 // Runs `attnjit demo`; returns the process exit code.
 int run_demo();
 

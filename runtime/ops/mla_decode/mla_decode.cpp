@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "attnjit/error.hpp"
@@ -107,6 +108,38 @@ jit::KernelRecipe combine_recipe(DType dtype, int num_heads, Arch arch) {
   return r;
 }
 
+// ATTNJIT_CHECK=1: validate lengths and table entries on the device before each call.
+bool checked_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("ATTNJIT_CHECK");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
+struct CheckKey {
+  int32_t page_size;
+};
+struct CheckArgs {
+  const void* block_table;
+  const void* cache_lens;
+  unsigned long long* first_bad;
+  int max_pages;
+  int num_pages;
+};
+
+jit::KernelRecipe check_recipe(int page_size, Arch arch) {
+  jit::KernelRecipe r;
+  r.source.op = "mla_decode_check";
+  r.source.header = "mla_decode/check.cuh";
+  r.source.kernel = "attnjit::mla_decode::check_kernel";
+  r.source.params_type = "attnjit::mla_decode::CheckParams";
+  r.source.args = {{"page_size", std::to_string(page_size)}};
+  r.source.config_json = fmt::format("{{\"page_size\":{}}}", page_size);
+  r.options.arch = arch;
+  return r;
+}
+
 Arch current_arch(const driver::DeviceInfo& info) { return Arch{info.cc_major, info.cc_minor, true}; }
 
 const jit::Kernel& main_kernel(const MlaDecodeConfig& c, Arch arch) {
@@ -125,6 +158,55 @@ const jit::Kernel& combine_kernel(DType dtype, int num_heads, Arch arch) {
     check_arch(arch, "mla_decode_combine");
     return combine_recipe(dtype, num_heads, arch);
   });
+}
+
+// Checked mode: runs the validation kernel, synchronizes, and names the first bad value.
+// Reading back is allowed here only: this is a debugging mode, never the hot path.
+void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, int64_t b, int64_t max_pages,
+                  int64_t num_pages, Arch arch, CUstream stream) {
+  const jit::Kernel& k = jit::get_kernel(
+      jit::make_key(ops::kMlaDecodeCheckOpId, arch, CheckKey{c.page_size}),
+      [&] { return check_recipe(c.page_size, arch); });
+  const driver::Api& api = driver::api();
+  CUdeviceptr flag = 0;
+  ATTNJIT_CU(cuMemAlloc, &flag, sizeof(unsigned long long));
+  unsigned long long found = ~0ull;
+  try {
+    ATTNJIT_CU(cuMemcpyHtoD, flag, &found, sizeof(found));
+    CheckArgs ca{a.block_table.data, a.cache_lens.data,
+                 reinterpret_cast<unsigned long long*>(flag), static_cast<int>(max_pages),
+                 static_cast<int>(num_pages)};
+    jit::LaunchShape shape;
+    shape.grid[0] = static_cast<unsigned>(b);
+    shape.block[0] = 128;
+    void* args[] = {&ca};
+    k.launch(shape, stream, args);
+    ATTNJIT_CU(cuStreamSynchronize, stream);
+    ATTNJIT_CU(cuMemcpyDtoH, &found, flag, sizeof(found));
+  } catch (...) {
+    api.cuMemFree(flag);
+    throw;
+  }
+  api.cuMemFree(flag);
+  if (found == ~0ull) return;
+  const int batch = static_cast<int>(found >> 32);
+  const int slot = static_cast<int>(found & 0xffffffffu) - 1;
+  int len = 0;
+  ATTNJIT_CU(cuMemcpyDtoH, &len,
+             reinterpret_cast<CUdeviceptr>(a.cache_lens.data) + sizeof(int) * static_cast<size_t>(batch),
+             sizeof(int));
+  if (slot < 0)
+    fail_arg("cache_lens", fmt::format("ATTNJIT_CHECK: cache_lens[{}] = {} is outside 0..{} "
+                                       "(max_pages × page_size)",
+                                       batch, len, max_pages * c.page_size));
+  int page = 0;
+  ATTNJIT_CU(cuMemcpyDtoH, &page,
+             reinterpret_cast<CUdeviceptr>(a.block_table.data) +
+                 sizeof(int) * static_cast<size_t>(batch * max_pages + slot),
+             sizeof(int));
+  fail_arg("block_table", fmt::format("ATTNJIT_CHECK: block_table[{}][{}] = {} is not a page "
+                                      "(0..{}), and cache_lens[{}] = {} makes it visible",
+                                      batch, slot, page, num_pages - 1, batch, len));
 }
 
 void check_contiguous(const TensorView& t, const char* name) {
@@ -397,6 +479,7 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   const jit::Kernel& main = main_kernel(c, arch);
   const jit::Kernel* combine = splits > 1 ? &combine_kernel(c.dtype, c.num_heads, arch) : nullptr;
 
+  if (checked_mode()) device_check(a, c, s.b, s.max_pages, s.num_pages, arch, stream);
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
   const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
   const size_t part_rows = static_cast<size_t>(s.b * splits * s.q_len * s.h);
