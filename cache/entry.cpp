@@ -161,6 +161,7 @@ ReadResult read_entry(const std::string& dir, const std::string& key, const std:
     k.ptxas.stack_frame_bytes = meta.at("stack_frame_bytes").get<int>();
     k.ptxas.static_smem_bytes = meta.at("static_smem_bytes").get<int>();
     k.ptxas.barriers = meta.at("barriers").get<int>();
+    k.ptxas.from_cubin = meta.value("resources_from_cubin", false);
     k.ptxas.parsed = k.ptxas.registers >= 0;
     r.meta = std::move(meta);
   } catch (const nlohmann::json::exception& e) {
@@ -192,6 +193,7 @@ bool publish_entry(const std::string& root, const std::string& key, const KeyInp
   meta["stack_frame_bytes"] = kernel.ptxas.stack_frame_bytes;
   meta["static_smem_bytes"] = kernel.ptxas.static_smem_bytes;
   meta["barriers"] = kernel.ptxas.barriers;
+  meta["resources_from_cubin"] = kernel.ptxas.from_cubin;  // no ptxas report in NVRTC's log
   meta["dynamic_smem_bytes"] = dynamic_smem_bytes;
   meta["cubin_bytes"] = kernel.cubin.size();
   meta["cubin_sha256"] = cubin_sha;
