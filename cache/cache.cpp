@@ -40,16 +40,15 @@ class KeyLock {
   }
   ~KeyLock() {
     if (fd_ < 0) return;
-    // Unlinking while holding: a waiter on this inode re-checks the disk and hits.
-    if (published_) ::unlink(path_.c_str());
+    // Unlinked while held: a waiter on this inode re-checks the disk and hits (or, after a
+    // failed compile, tries itself). At worst two processes compile one key at once.
+    ::unlink(path_.c_str());
     ::close(fd_);
   }
-  void published() { published_ = true; }
 
  private:
   std::string path_;
   int fd_ = -1;
-  bool published_ = false;
 };
 
 void warn_read_only_once(const Settings& s) {
@@ -128,16 +127,24 @@ Compiled Cache::ensure_compiled(const jit::KernelRecipe& recipe) {
   out.kernel = jit::compile_recipe(recipe);
   out.from = Compiled::From::kCompiled;
   // A lost race leaves the other publisher's entry; if that one is bad, replace it.
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (publish_entry(settings_.root, out.key, inputs, out.kernel, recipe.dynamic_smem_bytes)) {
-      lock.published();
-      after_publish(out.kernel.cubin.size());
-      break;
+  try {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      if (publish_entry(settings_.root, out.key, inputs, out.kernel, recipe.dynamic_smem_bytes)) {
+        after_publish(out.kernel.cubin.size());
+        break;
+      }
+      ReadResult theirs = read_entry(dir, out.key, inputs.arch);
+      if (theirs.status == ReadResult::Status::kOk) break;
+      if (theirs.status == ReadResult::Status::kCorrupt)
+        quarantine_entry(settings_.root, dir, theirs.reason);
     }
-    ReadResult theirs = read_entry(dir, out.key, inputs.arch);
-    if (theirs.status == ReadResult::Status::kOk) break;
-    if (theirs.status == ReadResult::Status::kCorrupt)
-      quarantine_entry(settings_.root, dir, theirs.reason);
+  } catch (const Error& e) {
+    // The kernel is good; only storing it failed (disk full, root gone). The caller decides
+    // whether that matters: the runtime runs on, precompile reports a failure.
+    out.from = Compiled::From::kCompiledNotStored;
+    out.store_error = e.what();
+    fmt::print(stderr, "attnjit: warning: compiled op '{}' but could not store it in {}: {}\n",
+               recipe.source.op, settings_.root, e.what());
   }
   return done();
 }

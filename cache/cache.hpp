@@ -27,7 +27,8 @@ struct Compiled {
   jit::CompiledKernel kernel;
   std::string key;
   From from = From::kCompiled;
-  double ms = 0;  // wall time of this call (key, disk, compile, publish)
+  double ms = 0;             // wall time of this call (key, disk, compile, publish)
+  std::string store_error;  // why a compiled kernel could not be published ("" if it was)
   bool hit() const noexcept { return from == From::kDisk; }
 };
 

@@ -350,3 +350,15 @@ TEST_CASE("cache: a read-only root serves hits and compiles misses into memory",
     CHECK(c.settings().read_only_reason.find("cannot create") != std::string::npos);
   }
 }
+
+TEST_CASE("cache: a kernel that cannot be stored is still returned", "[cache][nvrtc]") {
+  ScratchDir scratch;
+  cache::Cache c = cache::Cache::open(scratch.root());
+  test::write_text(fs::path(c.root()) / "sm_90a", "a file where the arch folder goes");
+  const cache::Compiled r = c.ensure_compiled(tma_recipe());
+  CHECK(r.from == cache::Compiled::From::kCompiledNotStored);
+  CHECK_FALSE(r.store_error.empty());
+  CHECK_FALSE(r.kernel.cubin.empty());
+  CHECK(c.entries().empty());
+  CHECK(count_dirs(fs::path(c.root()) / "tmp") == 0);  // the half-built entry is gone
+}

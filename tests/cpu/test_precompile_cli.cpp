@@ -241,3 +241,17 @@ TEST_CASE("precompile: a process killed while publishing leaves nothing loadable
   CHECK(v["entries"] == 1);
   CHECK(v["ok"] == 1);
 }
+
+TEST_CASE("precompile: a variant that cannot be stored counts as failed", "[cli][cache][nvrtc]") {
+  ScratchDir s;
+  fs::create_directories(s.root());
+  fs::permissions(s.root(), fs::perms::owner_all, fs::perm_options::replace);
+  test::write_text(fs::path(s.root()) / "sm_90a", "a file where the arch folder goes");
+  const auto r = run_cli("precompile --json --op tma_copy --config "
+                         R"('{"dtype":"bf16","block_m":64,"block_n":64,"stages":2}' )" +
+                         dir_arg(s));
+  CHECK(r.rc == 1);
+  const nlohmann::json j = test::json_of(r);
+  CHECK(j["failed"] == 1);
+  CHECK(j["variants"][0]["error"].get<std::string>().find("sm_90a") != std::string::npos);
+}

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "attnjit/error.hpp"
@@ -192,6 +193,7 @@ int run(const PrecompileOptions& o) {
       try {
         const jit::KernelRecipe recipe = v.op->recipe(v.config, v.arch);
         cache::Compiled c = cache.ensure_compiled(recipe);
+        if (!c.store_error.empty()) throw std::runtime_error(c.store_error);
         r.status = c.hit() ? Outcome::kHit : Outcome::kCompiled;
         r.key = c.key;
         r.ms = c.ms;
