@@ -89,7 +89,9 @@ TEST_CASE("NVRTC compiles a kernel to a cubin with its ptxas report", "[jit][nvr
   CHECK(k.ptxas.registers > 0);
   CHECK(k.ptxas.spill_store_bytes == 0);
   CHECK(k.ptxas.spill_load_bytes == 0);
-  CHECK(k.log.find("ptxas info") != std::string::npos);
+  // The report usually comes from NVRTC's log; where the log is empty (seen on the GPU
+  // machines in processes that had initialized the driver) it comes from the cubin.
+  if (!k.ptxas.from_cubin) CHECK(k.log.find("ptxas info") != std::string::npos);
   CHECK(k.compile_ms > 0);
 }
 
