@@ -141,15 +141,7 @@ std::vector<std::string> normalize_options(const std::vector<std::string>& nvrtc
 }
 
 std::vector<std::string> normalized_options(const jit::CompileOptions& opts) {
-  // Mirrors jit::compile(); test_cache_key.cpp compares it with a real compile's list.
-  std::vector<std::string> out = {
-      "--gpu-architecture=" + opts.arch.name(),
-      "-std=c++20",
-      "--ptxas-options=--verbose",
-  };
-  if (opts.line_info) out.push_back("-lineinfo");
-  for (const std::string& e : opts.extra) out.push_back(e);
-  return normalize_options(out);
+  return normalize_options(jit::nvrtc_options(opts));
 }
 
 const ProcessInputs& process_inputs() {

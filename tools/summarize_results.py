@@ -90,6 +90,9 @@ def main():
                       f"{b['median_us']:8.1f} us {b['gbps']:7.0f} GB/s {b['tflops']:6.1f} TFLOP/s")
             else:
                 print(f"torch[{b.get('impl')}] {json.dumps(sh, separators=(',', ':'))}: {b.get('error')}")
+        elif b.get("op") == "cache_load":
+            keys = {k: v for k, v in b.items() if k.endswith("_ms") or "ms" in k}
+            print("cache_load:", json.dumps(keys, separators=(",", ":"))[:600])
         elif b.get("op") == "ceiling":
             val = f"{b['gbps']:.0f} GB/s" if "gbps" in b else f"{b['tflops']:.0f} TFLOP/s"
             print(f"ceiling {b['kind']}: {val}")

@@ -79,6 +79,17 @@ PtxasInfo parse_ptxas_info(const std::string& log, const std::string& mangled_na
   return info;
 }
 
+std::vector<std::string> nvrtc_options(const CompileOptions& opts) {
+  std::vector<std::string> o = {
+      "--gpu-architecture=" + opts.arch.name(),  // sm_XXa → NVRTC emits a cubin, not PTX
+      "-std=c++20",
+      "--ptxas-options=--verbose",  // resource usage into the log
+  };
+  if (opts.line_info) o.push_back("-lineinfo");
+  for (const std::string& e : opts.extra) o.push_back(e);
+  return o;
+}
+
 std::pair<int, int> nvrtc_version() {
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);
@@ -104,15 +115,9 @@ CompiledKernel compile(const KernelSource& src, const CompileOptions& opts) {
     header_names.push_back(f.path.data());  // NUL-terminated: string literals in the table
   }
 
-  out.options = {
-      "--gpu-architecture=" + opts.arch.name(),  // sm_XXa → NVRTC emits a cubin, not PTX
-      "-std=c++20",
-      "--ptxas-options=--verbose",  // resource usage into the log
-      "-I" + tk.include_dir,
-      "-I" + tk.cccl_dir,
-  };
-  if (opts.line_info) out.options.push_back("-lineinfo");
-  for (const std::string& e : opts.extra) out.options.push_back(e);
+  out.options = nvrtc_options(opts);
+  out.options.push_back("-I" + tk.include_dir);
+  out.options.push_back("-I" + tk.cccl_dir);
   std::vector<const char*> option_ptrs;
   for (const std::string& o : out.options) option_ptrs.push_back(o.c_str());
 

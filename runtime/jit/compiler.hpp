@@ -43,6 +43,10 @@ struct CompiledKernel {
   std::vector<std::string> options;  // exactly what NVRTC was given
 };
 
+// The NVRTC options a compile with `opts` uses, without the toolkit include paths (which
+// compile() appends and which are absolute, so the disk cache's key leaves them out).
+std::vector<std::string> nvrtc_options(const CompileOptions& opts);
+
 // Compiles `src` for `opts.arch`. On failure throws Error(kCompile) whose message holds
 // the log and the path where the generated source was written.
 CompiledKernel compile(const KernelSource& src, const CompileOptions& opts);
