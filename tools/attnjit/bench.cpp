@@ -197,7 +197,11 @@ int bench_dispatch(const BenchOptions& o) {
   raw.prepare_current_device();
   TmaMapSpec spec;
   spec.tensor = s;
-  spec.box = {static_cast<uint32_t>(config.block_m), 64};
+  // The op's box: one swizzle span wide, or the whole tile row when unswizzled.
+  const int box_inner = config.swizzle == Swizzle::kNone
+                            ? config.block_n
+                            : swizzle_bytes(config.swizzle) / dtype_bytes(dtype);
+  spec.box = {static_cast<uint32_t>(config.block_m), static_cast<uint32_t>(box_inner)};
   spec.swizzle = config.swizzle;
   TmaDescriptor sm = encode_tma(spec, "src");
   spec.tensor = d;
