@@ -75,10 +75,11 @@ def main():
                   f"overhead {b['overhead_us']:.3f} us")
         elif b.get("op") == "mla_decode":
             sh = b["shape"]
+            cfg = b.get("config", {})
             name = (f"b{sh['b']} q{sh['q_len']} h{sh['h']} s_k{sh['s_k']}"
-                    f"{' varlen' if sh.get('varlen') else ''}")
+                    f"{' varlen' if sh.get('varlen') else ''} n{cfg.get('block_n')}x{cfg.get('stages')}")
             if "median_us" in b:
-                print(f"mla_decode {name:<28} splits {b['num_splits']:>3}: {b['median_us']:8.1f} us "
+                print(f"mla_decode {name:<34} splits {b['num_splits']:>3}: {b['median_us']:8.1f} us "
                       f"{b['gbps']:7.0f} GB/s ({100 * b['ratio_to_copy']:4.0f}% of copy) "
                       f"{b['tflops']:6.1f} TFLOP/s  rel_l2 {b['check']['rel_l2']:.1e}")
             else:

@@ -3,7 +3,7 @@
 //
 // One CTA = one tile of 64 query rows (q_len × heads packed, row = t·h + head) of one
 // sequence, over one split of its KV tiles. Three warpgroups (384 threads):
-//   softmax  (WG0)  S = Q·Kᵀ (36 k16 steps, N = 64), mask, online softmax; P and the row
+//   softmax  (WG0)  S = Q·Kᵀ (36 k16 steps, N = block_n), mask, online softmax; P and the row
 //                   rescale factors to shared memory;
 //   PV       (WG1, WG2)  O[:, half] = O·scale + P·V[:, half] for output columns [0, 256)
 //                   and [256, 512), P from shared memory.
@@ -53,8 +53,13 @@ struct Traits {
   static constexpr int kBoxCols = 128 / kElem;                 // one 128B-swizzle span
   static constexpr int kChunks = kHeadDim / kBoxCols;          // 9 column boxes per tile
   static constexpr int kVChunks = kValueDim / kBoxCols;        // 8 of them are V
-  static constexpr int kChunkBytes = P.block_n * 128;          // [64 rows][128 B]
-  static constexpr int kTileBytes = kChunks * kChunkBytes;     // 72 KiB: Q or one K tile
+  static constexpr int kChunkBytes = P.block_n * 128;          // K tile chunk: [block_n][128 B]
+  static constexpr int kTileBytes = kChunks * kChunkBytes;     // one K tile (72 KiB at 64 keys)
+  static constexpr int kQChunkBytes = P.block_m * 128;         // Q chunk: [64 rows][128 B]
+  static constexpr int kQBytes = kChunks * kQChunkBytes;       // 72 KiB
+  // P [64 rows × block_n keys] is a K-major wgmma A tile: one swizzle span per row.
+  static constexpr Swizzle kPSwizzle = P.block_n * kElem == 128 ? Swizzle::k128B : Swizzle::k64B;
+  static constexpr int kPBytes = P.block_m * P.block_n * kElem;
   static constexpr int kPageRows = P.page_size < P.block_n ? P.page_size : P.block_n;
   static constexpr int kPiecesPerTile = P.block_n / kPageRows; // pages per KV tile
   static constexpr int kHalfCols = kValueDim / 2;               // output columns per consumer
@@ -62,9 +67,10 @@ struct Traits {
   static constexpr int kConsumerThreads = 3 * kWarpgroupThreads;  // named-barrier count
 
   static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/cache are bf16 or f16");
-  static_assert(P.block_m == 64 && P.block_n == 64, "one wgmma M (64) by 64-key tiles");
+  static_assert(P.block_m == 64, "one wgmma M (64) of query rows");
+  static_assert(P.block_n == 32 || P.block_n == 64, "32- or 64-key tiles (one P swizzle span)");
   static_assert(P.swizzle == Swizzle::k128B, "tiles are 128B-swizzled");
-  static_assert(P.stages == 2, "two 72 KiB KV stages + Q fill shared memory");
+  static_assert(P.stages >= 2 && P.stages <= 4, "2..4 KV stages (the host checks the total fits)");
   static_assert(P.num_heads % 16 == 0 && P.num_heads >= 16 && P.num_heads <= 128, "h");
   static_assert(P.max_q_len >= 1 && P.max_q_len <= 8, "q_len bound 1..8");
   static_assert(P.page_size >= 16 && P.page_size <= 256 &&
@@ -83,9 +89,9 @@ enum class Bar : u32 {
 template <Params P>
 struct SharedStorage {
   using T = Traits<P>;
-  alignas(1024) u8 q[T::kTileBytes];              // Q  [64 rows][576] as 9 chunks
-  alignas(1024) u8 kv[P.stages][T::kTileBytes];   // K  [64 keys][576] as 9 chunks; V = chunks 0..7
-  alignas(1024) u8 p[T::kChunkBytes];             // P  [64 rows][64 keys] (one chunk)
+  alignas(1024) u8 q[T::kQBytes];                 // Q  [64 rows][576] as 9 chunks
+  alignas(1024) u8 kv[P.stages][T::kTileBytes];   // K  [block_n keys][576] as 9 chunks; V = chunks 0..7
+  alignas(1024) u8 p[T::kPBytes];                 // P  [64 rows][block_n keys], kPSwizzle
   float row_scale[P.block_m];                     // exp2(m_old - m_new) of the current tile
   float row_max[P.block_m];                       // final m (log2 units)
   float row_sum[P.block_m];                       // final l
@@ -141,9 +147,9 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args
                            const Tile<P>& t) {
   using T = Traits<P>;
   const int q_row = t.batch * a.q_len * P.num_heads + t.row0;
-  mbarrier_arrive_expect_tx(&s.q_full, T::kTileBytes);
+  mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
   for (int c = 0; c < T::kChunks; ++c)
-    tma_load_2d(q_map, &s.q_full, s.q + c * T::kChunkBytes, c * T::kBoxCols, q_row);
+    tma_load_2d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kBoxCols, q_row);
 }
 
 // KV tile `tile` (the i-th of this CTA) into stage i % stages: 9 column boxes per page
@@ -172,8 +178,14 @@ ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const Ar
 
 // ---- consumers -------------------------------------------------------------------------
 
-using QKTile = WgmmaKMajorTile<Swizzle::k128B, 64>;   // Q, K, P: K-major, 64 rows
-using VTile = WgmmaMNMajorTile<Swizzle::k128B, 64>;   // V: MN-major, 64 key rows
+template <Params P>
+using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;  // Q: K-major, 64 rows
+template <Params P>
+using KTile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;  // K: K-major, block_n rows
+template <Params P>
+using PTile = WgmmaKMajorTile<Traits<P>::kPSwizzle, P.block_m>;  // P: K-major, 64 rows
+template <Params P>
+using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, block_n key rows
 
 // Zeroes key rows [first, 64) of the 8 V chunks of a KV tile: rows past the sequence may
 // hold NaN, and P = 0 does not cancel NaN (0 × NaN = NaN). S of those keys is masked by
@@ -249,7 +261,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
                                       const Tile<P>& t) {
   using T = Traits<P>;
   const int tid = thread_in_warpgroup();
-  float sc[P.block_n / 2];  // S, then P: [64 × 64] accumulator fragment (32 per thread)
+  float sc[P.block_n / 2];  // S, then P: [64 × block_n] accumulator fragment
   RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
   // Last key each of this thread's two rows sees (causal: L - q_len + q_idx).
   int limit[2];
@@ -267,7 +279,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
     const u32 k_addr = smem_u32(s.kv[st]);
 
-    // S[64 × 64] = Q[64 × 576] · K[64 × 576]ᵀ: 9 chunks × 4 k16 steps. The chunk loop
+    // S[64 × block_n] = Q[64 × 576] · K[block_n × 576]ᵀ: 9 chunks × 4 k16 steps. The chunk loop
     // stays rolled so the compiler does not hoist 36 pairs of 64-bit descriptors into
     // registers.
     wgmma_fence();
@@ -276,8 +288,8 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const u32 k_byte = static_cast<u32>(c * 128 + kk * 32);
-        wgmma_ss<P.dtype, 64>(sc, QKTile::desc(q_addr, k_byte), QKTile::desc(k_addr, k_byte),
-                              c > 0 || kk > 0);
+        wgmma_ss<P.dtype, P.block_n>(sc, QTile<P>::desc(q_addr, k_byte),
+                                     KTile<P>::desc(k_addr, k_byte), c > 0 || kk > 0);
       }
     }
     wgmma_commit();
@@ -317,15 +329,17 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
       rs.l[r] += p;
     }
 
-    // P [64 × 64] (K-major, 128B-swizzled: the wgmma A layout) and the scales, once both
-    // PV warpgroups are done with the previous ones.
+    // P [64 × block_n] (K-major, one swizzle span per row: the wgmma A layout) and the
+    // scales, once both PV warpgroups are done with the previous ones.
     named_barrier_sync(Bar::kPFree, T::kConsumerThreads);
-    // Tile i-1's stage is free now (its K was read by S above, its V by P·V): refill it.
-    if (tid == 0 && i >= 1 && tile + 1 < t.tile_end) load_kv<P>(s, kv_map, a, tile + 1, i + 1);
+    // Tile i-1's stage is free now (its K was read by S long ago, its V by P·V): refill it
+    // with the tile `stages` after it.
+    if (tid == 0 && i >= 1 && tile - 1 + P.stages < t.tile_end)
+      load_kv<P>(s, kv_map, a, tile - 1 + P.stages, i - 1 + P.stages);
 #pragma unroll
     for (int i2 = 0; i2 < P.block_n / 2; i2 += 2) {
       const WgmmaCoord c = wgmma_acc_coord(tid, i2);
-      *reinterpret_cast<u32*>(s.p + QKTile::byte_offset(c.row, c.col * T::kElem)) =
+      *reinterpret_cast<u32*>(s.p + PTile<P>::byte_offset(c.row, c.col * T::kElem)) =
           pack2<P.dtype>(sc[i2], sc[i2 + 1]);
     }
     if (tid % 4 == 0) {
@@ -377,7 +391,7 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tile_be
 #pragma unroll
     for (int ks = 0; ks < P.block_n / 16; ++ks)
       wgmma_ss<P.dtype, T::kHalfCols, WgmmaMajor::kK, WgmmaMajor::kMN>(
-          o, QKTile::desc(p_addr, ks * 32), VTile::desc(k_addr, ks * 16, v_col_byte), true);
+          o, PTile<P>::desc(p_addr, ks * 32), VTile<P>::desc(k_addr, ks * 16, v_col_byte), true);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(o);

@@ -358,10 +358,13 @@ void prepare_all(const std::vector<MlaDecodeConfig>& configs) {
   REQUIRE(errors.empty());
 }
 
-// One case end to end: data, reference, one run with the case's default config.
-void check_case(const MlaCase& c, int num_splits = 0, int max_len_hint = 0) {
+// One case end to end: data, reference, one run with `cfg` (default: the case's default
+// config).
+void check_case(const MlaCase& c, int num_splits = 0, int max_len_hint = 0,
+                const MlaDecodeConfig* config = nullptr) {
   INFO(c.describe());
-  const MlaDecodeConfig cfg = config_for(c);
+  const MlaDecodeConfig cfg = config ? *config : config_for(c);
+  INFO(cfg.describe());
   MlaData d(c);
   const MlaReference ref = reference_for(d);
   RunOptions o;
@@ -648,4 +651,24 @@ TEST_CASE("mla_decode replays from a CUDA graph with new lengths and values",
   api.cuGraphExecDestroy(exec);
   api.cuGraphDestroy(graph);
   api.cuStreamDestroy(stream);
+}
+
+TEST_CASE("mla_decode with 32-key tiles and a 4-stage ring", "[gpu][mla_decode]") {
+  if (!test::gpu_or_skip()) return;
+  // The other tile shape the config space allows: half the keys per tile, twice the stages
+  // in the same shared memory. Same edges: empty, L < q_len, partial tiles and pages.
+  for (int h : {16, 128})
+    for (int q_len : {1, 2, 8})
+      for (int page : {16, 64}) {
+        MlaCase c;
+        c.heads = h;
+        c.q_len = q_len;
+        c.page_size = page;
+        c.lens = {0, 1, q_len > 1 ? q_len - 1 : 2, 31, 33, 64, rand_in(300, 2000)};
+        MlaDecodeConfig cfg = config_for(c);
+        cfg.block_n = 32;
+        cfg.stages = 4;
+        check_case(c, 0, 0, &cfg);
+        check_case(c, 3, 0, &cfg);  // split edges off the tile grid
+      }
 }

@@ -241,8 +241,18 @@ bool bench_shape(const MlaShape& s, const BenchOptions& o, const driver::DeviceI
   ATTNJIT_CU(cuMemcpyHtoD, lens_d.ptr, lens.data(), lens.size() * 4);
 
   const MlaDecodeConfig default_config = mla_decode_default_config(s.dtype, s.h, s.q_len, s.page);
-  const MlaDecodeConfig given =
-      o.config.empty() ? default_config : MlaDecodeConfig::from_json(o.config);
+  // --config overrides fields of the shape's default config (e.g. {"block_n":32,"stages":4}),
+  // so one override applies to every shape of the list.
+  MlaDecodeConfig given = default_config;
+  if (!o.config.empty()) {
+    nlohmann::json merged = nlohmann::json::parse(default_config.to_json());
+    try {
+      merged.update(nlohmann::json::parse(o.config));
+    } catch (const nlohmann::json::exception& e) {
+      fail_arg("--config", fmt::format("not a JSON object: {}", e.what()));
+    }
+    given = MlaDecodeConfig::from_json(merged.dump());
+  }
   // No --config: pass nullptr, i.e. measure what a caller gets from the runtime.
   const MlaDecodeConfig* config = o.config.empty() ? nullptr : &given;
 

@@ -28,11 +28,12 @@ constexpr int kMaxSmemPerBlock = 232448;
 // Mirrors SharedStorage<P> in kernel_templates/mla_decode/sm90_mla_decode.cuh (the kernel
 // traps if launched with less): Q + stages × K tile + P, row stats, barriers, realignment.
 unsigned smem_bytes(const MlaDecodeConfig& c) {
-  const int tile = c.block_n * kMlaHeadDim * dtype_bytes(c.dtype);   // 72 KiB
-  const int p_tile = c.block_m * c.block_n * dtype_bytes(c.dtype);   // 8 KiB
+  const int q_tile = c.block_m * kMlaHeadDim * dtype_bytes(c.dtype);   // 72 KiB
+  const int kv_tile = c.block_n * kMlaHeadDim * dtype_bytes(c.dtype);  // 72 KiB at 64 keys
+  const int p_tile = c.block_m * c.block_n * dtype_bytes(c.dtype);     // 8 KiB at 64 keys
   const int stats = 3 * c.block_m * 4;
   const int barriers = (1 + c.stages) * 8;
-  const int body = tile * (1 + c.stages) + p_tile + stats + barriers;
+  const int body = q_tile + kv_tile * c.stages + p_tile + stats + barriers;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 
@@ -348,10 +349,9 @@ void MlaDecodeConfig::validate() const {
   if (page_size < 16 || page_size > 256 || (page_size & (page_size - 1)) != 0)
     bad("page_size", fmt::format("must be a power of two in 16..256, got {}", page_size));
   if (block_m != 64) bad("block_m", fmt::format("must be 64 (one wgmma M), got {}", block_m));
-  if (block_n != 64) bad("block_n", fmt::format("must be 64 keys per tile, got {}", block_n));
-  if (stages != 2)
-    bad("stages", fmt::format("must be 2 (Q + 2 × 72 KiB KV tiles fill shared memory), got {}",
-                              stages));
+  if (block_n != 32 && block_n != 64)
+    bad("block_n", fmt::format("must be 32 or 64 keys per tile, got {}", block_n));
+  if (stages < 2 || stages > 4) bad("stages", fmt::format("must be 2..4, got {}", stages));
   if (swizzle != Swizzle::k128B)
     bad("swizzle", fmt::format("must be 128B (the Q/K/V tile layout), got {}", to_string(swizzle)));
   if (static_cast<int>(smem_bytes(*this)) > kMaxSmemPerBlock)
@@ -529,8 +529,9 @@ OpSpec mla_decode_op_spec() {
       {"max_q_len", "1..8", "1", "q_len bound; > 1 compiles the causal (MTP) mask"},
       {"page_size", "16, 32, 64, 128, 256", "64", "tokens per cache page"},
       {"block_m", "64", "64", "query rows (q_len × h packed) per CTA"},
-      {"block_n", "64", "64", "keys per KV tile"},
-      {"stages", "2", "2", "KV tile ring depth"},
+      {"block_n", "32, 64", "64", "keys per KV tile"},
+      {"stages", "2..4, Q + stages × tile within 227 KiB (64 keys: 2; 32 keys: 4)", "2",
+       "KV tile ring depth"},
       {"swizzle", "128B", "\"128B\"", "Q/K/V smem layout"},
   };
   op.archs = {kSm90a};

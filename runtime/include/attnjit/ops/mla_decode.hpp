@@ -38,8 +38,9 @@ struct MlaDecodeConfig {
   int max_q_len = 1;                 // 1..8; > 1 compiles the causal (MTP) mask
   int page_size = 64;                // 16, 32, 64, 128 or 256 tokens
   int block_m = 64;                  // query rows (q_len × h packed) per CTA: 64 (one wgmma M)
-  int block_n = 64;                  // keys per KV tile: 64
-  int stages = 2;                    // KV tile ring depth: 2 (a third 72 KiB tile does not fit)
+  int block_n = 64;                  // keys per KV tile: 32 or 64
+  int stages = 2;                    // KV tile ring depth: 2..4 while Q + stages × tile fits
+                                     // (64 keys: 2 × 72 KiB; 32 keys: up to 4 × 36 KiB)
   Swizzle swizzle = Swizzle::k128B;  // smem layout of Q/K/V tiles: 128B
 
   void validate() const;  // throws Error(kUnsupportedConfig) naming the field
