@@ -279,11 +279,12 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
     const u32 k_addr = smem_u32(s.kv[st]);
 
-    // S[64 × block_n] = Q[64 × 576] · K[block_n × 576]ᵀ: 9 chunks × 4 k16 steps. The chunk loop
-    // stays rolled so the compiler does not hoist 36 pairs of 64-bit descriptors into
-    // registers.
+    // S[64 × block_n] = Q[64 × 576] · K[block_n × 576]ᵀ: 9 chunks × 4 k16 steps, fully
+    // unrolled. A rolled chunk loop made ptxas serialize every wgmma (C7520, a wait after
+    // each); unrolled, the 36 issue back to back and this warpgroup has the registers for
+    // their descriptors (it holds only S).
     wgmma_fence();
-#pragma unroll 1
+#pragma unroll
     for (int c = 0; c < T::kChunks; ++c) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {

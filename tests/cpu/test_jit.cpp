@@ -173,6 +173,10 @@ TEST_CASE("every op's default set compiles for every declared arch", "[jit][nvrt
             CHECK(test::count_opcode(*sass, "UTMALDG") > 0);
           }
         }
+        // ptxas's C7520/C7515 say it serialized wgmma (a wait after each one): a silent
+        // several-fold slowdown that must not ship.
+        CHECK(k.log.find("C7520") == std::string::npos);
+        CHECK(k.log.find("C7515") == std::string::npos);
       }
     }
   }
