@@ -7,11 +7,21 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "attnjit/error.hpp"
 #include "attnjit/types.hpp"
 
 namespace attnjit::ops {
+
+// Parses a config's JSON text; a syntax error names the op.
+inline nlohmann::json parse_config_text(std::string_view text, const std::string& op) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail_config(op + " config", fmt::format("invalid JSON: {}", e.what()));
+  }
+}
 
 class ConfigReader {
  public:

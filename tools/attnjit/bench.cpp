@@ -14,6 +14,7 @@
 #include "attnjit/error.hpp"
 #include "attnjit/ops/tma_copy.hpp"
 #include "attnjit/tma.hpp"
+#include "bench_util.hpp"
 #include "cli.hpp"
 #include "driver/driver.hpp"
 #include "jit/kernel_table.hpp"
@@ -48,41 +49,11 @@ std::string commit() {
 
 namespace {
 
-struct Buffer {
-  CUdeviceptr ptr = 0;
-  explicit Buffer(size_t bytes) { ATTNJIT_CU(cuMemAlloc, &ptr, bytes); }
-  ~Buffer() { driver::api().cuMemFree(ptr); }
-  Buffer(const Buffer&) = delete;
-  Buffer(Buffer&& o) noexcept : ptr(o.ptr) { o.ptr = 0; }
-};
-
 void fill_random(const Buffer& b, size_t bytes, uint64_t seed) {
   std::vector<uint64_t> host((bytes + 7) / 8);
   std::mt19937_64 gen(seed);
   for (auto& w : host) w = gen();
   ATTNJIT_CU(cuMemcpyHtoD, b.ptr, host.data(), bytes);
-}
-
-// Median milliseconds of `iters` event-timed calls of fn(i), after `warmup` calls.
-template <class Fn>
-double median_ms(int warmup, int iters, Fn&& fn) {
-  const driver::Api& api = driver::api();
-  for (int i = 0; i < warmup; ++i) fn(i);
-  std::vector<CUevent> ev(static_cast<size_t>(2 * iters));
-  for (auto& e : ev) ATTNJIT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT);
-  for (int i = 0; i < iters; ++i) {
-    ATTNJIT_CU(cuEventRecord, ev[2 * static_cast<size_t>(i)], nullptr);
-    fn(warmup + i);
-    ATTNJIT_CU(cuEventRecord, ev[2 * static_cast<size_t>(i) + 1], nullptr);
-  }
-  ATTNJIT_CU(cuEventSynchronize, ev.back());
-  std::vector<float> ms(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i)
-    ATTNJIT_CU(cuEventElapsedTime, &ms[static_cast<size_t>(i)], ev[2 * static_cast<size_t>(i)],
-               ev[2 * static_cast<size_t>(i) + 1]);
-  for (auto& e : ev) api.cuEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 int64_t shape_int(const std::map<std::string, std::string>& s, const char* key, int64_t fallback) {

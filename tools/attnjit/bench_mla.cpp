@@ -22,6 +22,7 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/ops/mla_decode.hpp"
+#include "bench_util.hpp"
 #include "cli.hpp"
 #include "driver/driver.hpp"
 #include "tests/support/mla_reference.hpp"
@@ -29,40 +30,6 @@
 namespace attnjit::cli {
 
 namespace {
-
-struct Buffer {
-  CUdeviceptr ptr = 0;
-  size_t bytes = 0;
-  explicit Buffer(size_t n) : bytes(n) { ATTNJIT_CU(cuMemAlloc, &ptr, n == 0 ? 1 : n); }
-  ~Buffer() {
-    if (ptr) driver::api().cuMemFree(ptr);
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer(Buffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = 0; }
-  void* data() const { return reinterpret_cast<void*>(ptr); }
-};
-
-// Median milliseconds of `iters` event-timed calls of fn(i), after `warmup` calls.
-template <class Fn>
-double median_ms(int warmup, int iters, Fn&& fn) {
-  const driver::Api& api = driver::api();
-  for (int i = 0; i < warmup; ++i) fn(i);
-  std::vector<CUevent> ev(static_cast<size_t>(2 * iters));
-  for (auto& e : ev) ATTNJIT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT);
-  for (int i = 0; i < iters; ++i) {
-    ATTNJIT_CU(cuEventRecord, ev[2 * static_cast<size_t>(i)], nullptr);
-    fn(warmup + i);
-    ATTNJIT_CU(cuEventRecord, ev[2 * static_cast<size_t>(i) + 1], nullptr);
-  }
-  ATTNJIT_CU(cuEventSynchronize, ev.back());
-  std::vector<float> ms(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i)
-    ATTNJIT_CU(cuEventElapsedTime, &ms[static_cast<size_t>(i)], ev[2 * static_cast<size_t>(i)],
-               ev[2 * static_cast<size_t>(i) + 1]);
-  for (auto& e : ev) api.cuEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 uint16_t to_bits(float x, DType dtype) {
   if (dtype == DType::kF16) return std::bit_cast<uint16_t>(static_cast<_Float16>(x));

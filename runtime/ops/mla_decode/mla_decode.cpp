@@ -373,12 +373,7 @@ std::string MlaDecodeConfig::to_json() const {
 }
 
 MlaDecodeConfig MlaDecodeConfig::from_json(std::string_view text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail_config("mla_decode config", fmt::format("invalid JSON: {}", e.what()));
-  }
+  const nlohmann::json j = ops::parse_config_text(text, "mla_decode");
   ops::ConfigReader r(j, "mla_decode");
   const MlaDecodeConfig d;
   MlaDecodeConfig c;

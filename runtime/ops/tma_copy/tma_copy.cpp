@@ -118,12 +118,7 @@ std::string TmaCopyConfig::to_json() const {
 }
 
 TmaCopyConfig TmaCopyConfig::from_json(std::string_view text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail_config("tma_copy config", fmt::format("invalid JSON: {}", e.what()));
-  }
+  const nlohmann::json j = ops::parse_config_text(text, "tma_copy");
   ops::ConfigReader r(j, "tma_copy");
   TmaCopyConfig d;
   TmaCopyConfig c;
