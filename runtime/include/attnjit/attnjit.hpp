@@ -3,6 +3,7 @@
 #include "attnjit/error.hpp"
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/tma_copy.hpp"
+#include "attnjit/runtime.hpp"
 #include "attnjit/tensor.hpp"
 #include "attnjit/tma.hpp"
 #include "attnjit/types.hpp"

@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "attnjit/error.hpp"
+#include "attnjit/runtime.hpp"
 #include "attnjit/tma.hpp"
 #include "driver/driver.hpp"
 #include "ops/config_json.hpp"
@@ -107,15 +107,6 @@ jit::KernelRecipe combine_recipe(DType dtype, int num_heads, Arch arch) {
   r.options.arch = arch;
   r.dynamic_smem_bytes = 0;
   return r;
-}
-
-// ATTNJIT_CHECK=1: validate lengths and table entries on the device before each call.
-bool checked_mode() {
-  static const bool on = [] {
-    const char* v = std::getenv("ATTNJIT_CHECK");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return on;
 }
 
 struct CheckKey {
@@ -474,7 +465,7 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   const jit::Kernel& main = main_kernel(c, arch);
   const jit::Kernel* combine = splits > 1 ? &combine_kernel(c.dtype, c.num_heads, arch) : nullptr;
 
-  if (checked_mode()) device_check(a, c, s.b, s.max_pages, s.num_pages, arch, stream);
+  if (check_mode()) device_check(a, c, s.b, s.max_pages, s.num_pages, arch, stream);
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
   const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
   const size_t part_rows = static_cast<size_t>(s.b * splits * s.q_len * s.h);
