@@ -24,16 +24,4 @@ ATTNJIT_DEVICE u32 pack2(float lo, float hi) {
   return r;
 }
 
-// One 16-bit value → float.
-template <DType kType>
-ATTNJIT_DEVICE float unpack1(u16 v) {
-  if constexpr (kType == DType::kBF16) {
-    return __uint_as_float(static_cast<u32>(v) << 16);
-  } else {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
-  }
-}
-
 }  // namespace attnjit::mla_decode

@@ -52,8 +52,6 @@ std::string write_failed_source(const std::string& op, const std::string& source
   return base.string() + ".cu";
 }
 
-std::atomic<uint64_t> g_compiles{0};
-
 }  // namespace
 
 PtxasInfo parse_ptxas_info(const std::string& log, const std::string& mangled_name) {
@@ -131,7 +129,6 @@ CompiledKernel compile(const KernelSource& src, const CompileOptions& opts) {
   nvrtc_check(nvrtcAddNameExpression(*prog, expr.c_str()), "nvrtcAddNameExpression");
   nvrtcResult result =
       nvrtcCompileProgram(*prog, static_cast<int>(option_ptrs.size()), option_ptrs.data());
-  g_compiles.fetch_add(1, std::memory_order_relaxed);
 
   size_t log_size = 0;
   nvrtcGetProgramLogSize(*prog, &log_size);
@@ -177,7 +174,5 @@ CompiledKernel compile(const KernelSource& src, const CompileOptions& opts) {
   }
   return out;
 }
-
-uint64_t compile_count_internal() noexcept { return g_compiles.load(std::memory_order_relaxed); }
 
 }  // namespace attnjit::jit

@@ -11,9 +11,6 @@
 
 namespace attnjit::jit {
 
-uint64_t compile_count_internal() noexcept;  // compiler.cpp
-uint64_t compile_count() noexcept { return compile_count_internal(); }
-
 // ---- Kernel -------------------------------------------------------------------------
 
 Kernel::Kernel(CompiledKernel compiled, unsigned dynamic_smem_bytes)

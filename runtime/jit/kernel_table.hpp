@@ -111,7 +111,4 @@ const Kernel& get_kernel(const KernelKey& key, RecipeFn&& recipe) {
 // cache (cache::Cache::ensure_compiled is the cached equivalent).
 CompiledKernel compile_recipe(const KernelRecipe& recipe);
 
-// Number of kernels compiled by this process (for tests of single-flight).
-uint64_t compile_count() noexcept;
-
 }  // namespace attnjit::jit
