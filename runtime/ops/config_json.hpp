@@ -3,6 +3,9 @@
 // wrong types and unknown enum names are all refused (a typo in a manifest must not
 // silently fall back to a default).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
 
 #include <nlohmann/json.hpp>
 #include <set>
@@ -55,6 +58,25 @@ class ConfigReader {
     if (!s)
       fail_config(where(field), fmt::format("unknown swizzle {} (none, 32B, 64B, 128B)", v->dump()));
     return *s;
+  }
+
+  bool get_bool(const char* field, bool fallback) {
+    const nlohmann::json* v = take(field);
+    if (!v) return fallback;
+    if (!v->is_boolean())
+      fail_config(where(field), fmt::format("must be true or false, got {}", v->dump()));
+    return v->get<bool>();
+  }
+
+  // One of `names` (an op's enum spelled as in its to_string); returns the index.
+  template <size_t N>
+  int get_choice(const char* field, const std::array<std::string_view, N>& names, int fallback) {
+    const nlohmann::json* v = take(field);
+    if (!v) return fallback;
+    if (v->is_string())
+      for (size_t i = 0; i < N; ++i)
+        if (names[i] == v->get<std::string>()) return static_cast<int>(i);
+    fail_config(where(field), fmt::format("unknown value {} ({})", v->dump(), fmt::join(names, ", ")));
   }
 
   // Call last: any field not read is unknown.

@@ -18,6 +18,8 @@ const std::vector<OpSpec>& registry() {
     v.push_back(tma_copy_op_spec());
     v.push_back(mla_decode_op_spec());
     v.push_back(mla_decode_combine_op_spec());
+    v.push_back(mha_fwd_op_spec());
+    v.push_back(mha_fwd_combine_op_spec());
     return v;
   }();
   return ops;

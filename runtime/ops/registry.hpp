@@ -46,11 +46,16 @@ const OpSpec& find_op(std::string_view name);
 OpSpec tma_copy_op_spec();
 OpSpec mla_decode_op_spec();
 OpSpec mla_decode_combine_op_spec();
+OpSpec mha_fwd_op_spec();
+OpSpec mha_fwd_combine_op_spec();
 
 // Test-only families (op ids ≥ 1000) are not in the registry.
 inline constexpr uint32_t kTmaCopyOpId = 1;
 inline constexpr uint32_t kMlaDecodeOpId = 2;
 inline constexpr uint32_t kMlaDecodeCombineOpId = 3;
 inline constexpr uint32_t kMlaDecodeCheckOpId = 4;  // ATTNJIT_CHECK=1 validation kernel
+inline constexpr uint32_t kMhaFwdOpId = 5;
+inline constexpr uint32_t kMhaFwdCombineOpId = 6;
+inline constexpr uint32_t kMhaFwdCheckOpId = 7;     // ATTNJIT_CHECK=1 validation kernel
 
 }  // namespace attnjit::ops

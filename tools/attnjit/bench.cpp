@@ -229,6 +229,7 @@ int run_bench(const BenchOptions& o) {
   if (o.op == "tma_copy") return bench_tma_copy(o);
   if (o.op == "dispatch") return bench_dispatch(o);
   if (o.op == "mla_decode") return bench_mla_decode(o);
+  if (o.op == "mha_fwd") return bench_mha_fwd(o);
   ops::find_op(o.op);  // unknown op → error listing the known ones
   fmt::print(stderr, "attnjit bench: no benchmark for op '{}' yet\n", o.op);
   return 2;

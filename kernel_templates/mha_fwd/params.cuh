@@ -1,0 +1,130 @@
+#pragma once
+// mha_fwd: compile-time parameters, derived shapes (Traits), the kernel's argument block
+// and its shared-memory plan. Mirrors MhaFwdConfig / MhaFwdArgs on the host
+// (runtime/include/attnjit/ops/mha_fwd.hpp, runtime/ops/mha_fwd/).
+#include "common/arch.cuh"
+#include "common/mbarrier.cuh"
+#include "common/types.cuh"
+
+namespace attnjit::mha_fwd {
+
+// Enumerator names are the contract with the host's generated instantiations.
+enum class Mask : int { kNone, kCausal, kWindow, kCausalWindow, kChunked };
+enum class Mod : int { kNone, kSoftcap, kAlibi };
+
+struct Params {
+  DType dtype;      // bf16 / f16
+  int head_dim;     // d of q·k: 64, 128, 192, 256
+  int head_dim_v;   // dv
+  int block_m;      // 128 query rows per CTA = 2 consumer warpgroups × 64
+  int block_n;      // keys per KV tile
+  int stages;       // K/V ring depth
+  Swizzle swizzle;  // 128B
+  Mask mask;
+  Mod score_mod;
+  bool ragged;      // q (and contiguous k/v) as [total, h, d] with row offsets
+  bool paged;       // k/v as page pools [pages, page_size, h_kv, d] + block table
+  int page_size;    // paged only
+  int group;        // 0: one query head per CTA; g > 0: g query heads packed per KV head
+  bool sink;        // per-head sink logits
+};
+
+template <Params P>
+struct Traits {
+  static constexpr int kConsumers = 2;                               // math warpgroups
+  static constexpr int kThreads = kConsumers * kWarpgroupThreads;    // 256
+  // Register budget: one CTA per SM and 8 warps = 2 per SM sub-partition, whose 16K
+  // registers then allow 255 per thread — room for O[64 × 256] f32 (128) next to S and P.
+  // A ninth (producer) warp would put 3 warps on one sub-partition and cap every thread at
+  // 168 (ptxas budgets the kernel for its worst sub-partition; setmaxnreg cannot raise a
+  // role's compile-time budget), which spills d ≥ 128. So there is no producer role: one
+  // consumer thread issues the TMA loads (Q and the first `stages` tiles up front, then each
+  // freed stage's refill while its own warpgroup's S = Q·Kᵀ runs), as FlashMLA does.
+  static constexpr int kElem = dtype_bytes(P.dtype);
+  static constexpr int kSpan = 128;                                  // bytes per 128B row
+  static constexpr int kSpanCols = kSpan / kElem;                    // 64 columns per box
+  static constexpr int kQkChunks = P.head_dim / kSpanCols;           // column boxes of Q/K
+  static constexpr int kVChunks = P.head_dim_v / kSpanCols;          // column boxes of V
+  static constexpr int kQChunkBytes = P.block_m * kSpan;
+  static constexpr int kKChunkBytes = P.block_n * kSpan;
+  static constexpr int kQBytes = kQkChunks * kQChunkBytes;           // Q [block_m][d]
+  static constexpr int kKBytes = kQkChunks * kKChunkBytes;           // K [block_n][d]
+  static constexpr int kVBytes = kVChunks * kKChunkBytes;            // V [block_n][dv]
+  static constexpr int kGroup = P.group > 0 ? P.group : 1;           // query heads per row block
+  static constexpr bool kPacked = P.group > 0;
+  static constexpr int kQBoxRows = P.block_m / kGroup;               // query positions per tile
+  static constexpr int kPageRows = !P.paged ? P.block_n
+                                   : (P.page_size < P.block_n ? P.page_size : P.block_n);
+  static constexpr int kPiecesPerTile = P.block_n / kPageRows;       // TMA boxes along keys
+  static constexpr bool kCausalLike = P.mask != Mask::kNone;         // bounded key range per row
+
+  static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/k/v are bf16 or f16");
+  static_assert(P.swizzle == Swizzle::k128B, "tiles are 128B-swizzled (d is a multiple of 64)");
+  static_assert(P.block_m == kConsumers * 64, "one 64-row wgmma tile per consumer warpgroup");
+  static_assert(P.block_n % 16 == 0 && P.block_n >= 16 && P.block_n <= 256,
+                "keys per tile: a multiple of 16 (one k16 step of P·V) up to a TMA box");
+  static_assert(P.head_dim % 64 == 0 && P.head_dim <= 256, "d: whole 128-byte spans");
+  static_assert(P.head_dim_v % 64 == 0 && P.head_dim_v <= 256, "dv: one wgmma N ≤ 256");
+  static_assert(P.stages >= 1 && P.stages <= 8, "K/V ring depth");
+  static_assert(!P.paged || (P.page_size >= 16 && P.page_size <= 256 &&
+                             (P.page_size & (P.page_size - 1)) == 0 &&
+                             (P.block_n % P.page_size == 0 || P.page_size % P.block_n == 0)),
+                "pages are powers of two that tile the KV block (or the other way round)");
+  static_assert(P.group == 0 || (P.group >= 2 && P.group <= 16 && P.block_m % P.group == 0),
+                "packed GQA: 2..16 query heads per KV head dividing the row block");
+};
+
+// Device argument block; layout must match KernelArgs in runtime/ops/mha_fwd/launch.cpp.
+struct Args {
+  const int* q_offsets;    // ragged: [b+1]
+  const int* k_offsets;    // ragged contiguous KV: [b+1]
+  const int* block_table;  // paged: [b, max_pages]
+  const int* kv_lens;      // paged: [b]
+  const float* sink;       // [h_q] logits (scaled-score units)
+  const float* alibi;      // [h_q] slopes
+  void* out;               // [total_q, h_q, dv] (padded: total_q = b·s_q)
+  float* lse;              // [h_q, total_q] or null
+  float* part_out;         // split: [splits, total_q, h_q, dv] f32
+  float* part_lse;         // split: [splits, h_q, total_q]
+  int batch;
+  int h_q;
+  int h_kv;
+  int s_q;                 // padded: query positions per sequence
+  int s_k;                 // padded: keys per sequence
+  int total_q;             // rows of q (bounds every q row the kernel touches)
+  int total_k;             // rows of contiguous k/v
+  int max_pages;           // paged: block table width
+  int num_splits;
+  int m_tiles;             // row blocks per (sequence, head) in the grid
+  float scale_log2;        // softmax_scale · log2(e)
+  float softcap_inv;       // softmax_scale / cap            (softcap)
+  float softcap_log2;      // cap · log2(e)                  (softcap)
+  int window_left;         // -1: unbounded
+  int window_right;        // -1: unbounded
+  int chunk;               // chunked: tokens per chunk
+};
+
+// Named barriers (id 0 is __syncthreads): one per consumer warpgroup, for the stale-V-row
+// zeroing of a partial last tile (all 128 threads' zeros land before that wgmma reads).
+enum class Bar : u32 { kTailZeroed0 = 1, kTailZeroed1 = 2 };
+
+// The shared-memory plan. Tiles first, each 1024-aligned (the 128B swizzle repeat).
+template <Params P>
+struct SharedStorage {
+  using T = Traits<P>;
+  alignas(1024) u8 q[T::kQBytes];              // Q [block_m rows][d] as kQkChunks boxes
+  alignas(1024) u8 k[P.stages][T::kKBytes];    // K [block_n keys][d]   (K-major B of Q·Kᵀ)
+  alignas(1024) u8 v[P.stages][T::kVBytes];    // V [block_n keys][dv]  (MN-major B of P·V)
+  MBarrier q_full;
+  MBarrier k_full[P.stages];   // TMA of a K stage landed (S may start)
+  MBarrier v_full[P.stages];   // TMA of a V stage landed (P·V may start)
+  MBarrier kv_empty[P.stages]; // every consumer warp has finished P·V of a stage (K long before)
+};
+
+template <Params P>
+inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
+
+// Consumer warps that release a stage (one arrive per warp, after its wgmma_wait).
+inline constexpr u32 kReleaseArrivals = 8;
+
+}  // namespace attnjit::mha_fwd

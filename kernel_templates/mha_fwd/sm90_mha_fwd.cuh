@@ -1,0 +1,321 @@
+#pragma once
+// sm90_mha_fwd: FlashAttention forward on Hopper (the FA3 design, written for this library).
+//
+// One CTA = one block of 128 query rows of one (sequence, head) over one split of its KV
+// tiles. 256 threads = two consumer warpgroups, each owning 64 rows: S = Q·Kᵀ (SS wgmma,
+// N = block_n), score mod, mask (boundary tiles only), online softmax in exp2, P converted
+// in registers, O += P·V (RS wgmma, N = dv). K and V stream through a `stages`-deep ring
+// with separate "full" barriers (S of a tile starts before its V has landed) and one
+// "empty" barrier per stage (released after P·V). Thread 0 issues the TMA loads: Q and the
+// first `stages` tiles up front, then, while its warpgroup's S of tile i runs, the refill
+// of the stage tile i−1 used. Why no producer warp: see Traits::kThreads (params.cuh).
+//
+// Stale rows: keys past a sequence (the next sequence's rows, a page's unused tail, NaN
+// included) are masked by replacement in S, and their V rows are zeroed in shared memory
+// before P·V (0 × NaN = NaN would leak otherwise). Packed GQA (group g > 0): the rows of a
+// CTA are (position, query head) pairs of one KV head, row = pos·g + head_in_group, so
+// decode with few query positions still fills the 64-row wgmma tiles.
+// Split-KV: num_splits == 1 writes out (and lse) directly; otherwise a normalized f32
+// partial and its lse go to the workspace and mha_fwd/combine.cuh merges them (and adds
+// the sink, which belongs to the whole row, not to one split).
+#include "common/arch.cuh"
+#include "common/fence.cuh"
+#include "common/mbarrier.cuh"
+#include "common/named_barrier.cuh"
+#include "common/numeric.cuh"
+#include "common/tma.cuh"
+#include "common/types.cuh"
+#include "common/warpgroup.cuh"
+#include "common/wgmma.cuh"
+#include "mha_fwd/mask.cuh"
+#include "mha_fwd/params.cuh"
+
+namespace attnjit::mha_fwd {
+
+template <Params P>
+using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;  // Q: K-major, block_m rows
+template <Params P>
+using KTile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;  // K: K-major, block_n rows
+template <Params P>
+using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, block_n key rows
+
+// ---- TMA issue (thread 0) ----------------------------------------------------------------
+
+// KV tile `tile` of the sequence into `dst`: kChunks column boxes of 64 × block_n, split
+// into page pieces when paged (page from the block table; a slot past the table or a
+// garbage entry gives an out-of-range coordinate, which TMA fills with zeros — never a
+// read outside the pool).
+template <Params P, int kChunks>
+ATTNJIT_DEVICE void load_kv_tile(const TmaDesc& map, MBarrier* bar, u8* dst, const Args& a,
+                                 const Work<P>& w, int tile) {
+  using T = Traits<P>;
+  if constexpr (P.paged) {
+    const int* table = a.block_table + static_cast<i64>(w.batch) * a.max_pages;
+#pragma unroll
+    for (int piece = 0; piece < T::kPiecesPerTile; ++piece) {
+      const int token = tile * P.block_n + piece * T::kPageRows;
+      const int slot = token / P.page_size;
+      const int page = slot < a.max_pages ? table[slot] : -1;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+        tma_load_4d(map, bar, dst + c * T::kKChunkBytes + piece * T::kPageRows * T::kSpan,
+                    c * T::kSpanCols, w.kv_head, token % P.page_size, page);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+      tma_load_3d(map, bar, dst + c * T::kKChunkBytes, c * T::kSpanCols, w.kv_head,
+                  w.k_row0 + tile * P.block_n);
+  }
+}
+
+// Q [block_m rows][d]: (positions × heads-in-group) boxes; rows past q are zero-filled,
+// rows of the next sequence are computed and never stored.
+template <Params P>
+ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Work<P>& w) {
+  using T = Traits<P>;
+  mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
+  const int q_head = T::kPacked ? w.kv_head * T::kGroup : w.head;
+  const int q_pos = w.q_row0 + w.row0 / T::kGroup;
+#pragma unroll
+  for (int c = 0; c < T::kQkChunks; ++c)
+    tma_load_3d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kSpanCols, q_head, q_pos);
+}
+
+// K and V of the CTA's i-th tile (`tile` in the sequence) into stage i % stages.
+template <Params P>
+ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
+                            const Args& a, const Work<P>& w, int tile, int i) {
+  using T = Traits<P>;
+  const int st = i % P.stages;
+  mbarrier_arrive_expect_tx(&s.k_full[st], T::kKBytes);
+  load_kv_tile<P, T::kQkChunks>(k_map, &s.k_full[st], s.k[st], a, w, tile);
+  mbarrier_arrive_expect_tx(&s.v_full[st], T::kVBytes);
+  load_kv_tile<P, T::kVChunks>(v_map, &s.v_full[st], s.v[st], a, w, tile);
+}
+
+// ---- consumers (warpgroups 0, 1) -------------------------------------------------------
+
+// Online-softmax state of this thread's two rows (the 4 lanes of a row hold partial sums;
+// they are reduced once, in the epilogue).
+struct RowState {
+  float m[2];  // running max, log2 units
+  float l[2];  // running Σ exp2(s − m) over this thread's columns
+};
+
+// S [64 × block_n] (raw q·k) → P = exp2(s − m_new) in place; updates m, l and returns the
+// factor exp2(m_old − m_new) each row's O must be scaled by. kMasked: boundary tile.
+template <Params P, bool kMasked>
+ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
+                                 const RowRule<P>& rule, int key0, const Args& a) {
+  const int tid = thread_in_warpgroup();
+  float tile_max[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+  for (int i = 0; i < P.block_n / 2; ++i) {
+    const int r = (i / 2) % 2;
+    const int key = key0 + wgmma_acc_coord(tid, i).col;
+    float x = score_log2<P>(sc[i], key, static_cast<float>(rule.ip[r]), rule.slope_log2[r], a);
+    // Replacement, not addition: a NaN score of a stale key must not survive.
+    if constexpr (kMasked) x = key >= rule.lo[r] && key <= rule.hi[r] ? x : neg_inf();
+    sc[i] = x;
+    tile_max[r] = fmaxf(tile_max[r], x);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float m_new = fmaxf(rs.m[r], tile_max[r]);
+    // While a row has seen no key m stays -inf: scale 1 and p 0 (never inf − inf).
+    scale[r] = m_new == neg_inf() ? 1.0f : exp2f(rs.m[r] - m_new);
+    rs.m[r] = m_new;
+    rs.l[r] *= scale[r];
+  }
+#pragma unroll
+  for (int i = 0; i < P.block_n / 2; ++i) {
+    const int r = (i / 2) % 2;
+    const float p = rs.m[r] == neg_inf() ? 0.0f : exp2f(sc[i] - rs.m[r]);
+    sc[i] = p;
+    rs.l[r] += p;
+  }
+}
+
+// Zeroes key rows [first, block_n) of a V tile (all dv columns): stale rows may hold NaN.
+template <Params P>
+ATTNJIT_DEVICE void zero_v_rows(u8* v_tile, int first) {
+  using T = Traits<P>;
+  const int rows = P.block_n - first;
+  // A row of a chunk is one 128-byte line; swizzling permutes 16-byte units inside it.
+  for (int i = thread_in_warpgroup(); i < rows * T::kVChunks * 8; i += kWarpgroupThreads) {
+    const int unit = i % 8, row = first + (i / 8) % rows, chunk = i / (8 * rows);
+    *reinterpret_cast<uint4*>(v_tile + chunk * T::kKChunkBytes + row * T::kSpan + unit * 16) =
+        make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Writes this warpgroup's 64 rows: out (+ lse) when unsplit, else the f32 partial + lse.
+template <Params P>
+ATTNJIT_DEVICE void epilogue(const float (&o)[P.head_dim_v / 2], RowState& rs, const Args& a,
+                             const Work<P>& w, int wg) {
+  using T = Traits<P>;
+  const int tid = thread_in_warpgroup();
+  constexpr float kLn2 = 0.69314718055994531f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 1);
+    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = w.row0 + wg * 64 + wgmma_acc_coord(tid, 2 * r).row;
+    if (row >= w.rows) continue;
+    const int head = T::kPacked ? w.kv_head * T::kGroup + row % T::kGroup : w.head;
+    const int q_row = w.q_row0 + row / T::kGroup;
+    const bool empty = !(rs.l[r] > 0.0f);  // saw no key (m = -inf, l = 0)
+    const float lse = empty ? neg_inf() : (rs.m[r] + __log2f(rs.l[r])) * kLn2;
+    if (a.num_splits == 1) {
+      float denom = rs.l[r];
+      if constexpr (P.sink) {
+        // out ·= e^lse / (e^lse + e^sink): the sink joins the denominator only.
+        if (!empty) denom += exp2f(a.sink[head] * 1.4426950408889634f - rs.m[r]);
+      }
+      const float inv = empty ? 0.0f : 1.0f / denom;
+      u8* out = static_cast<u8*>(a.out) +
+                (static_cast<i64>(q_row) * a.h_q + head) * P.head_dim_v * T::kElem;
+#pragma unroll
+      for (int i = 2 * r; i < P.head_dim_v / 2; i += 4) {
+        const int col = wgmma_acc_coord(tid, i).col;
+        *reinterpret_cast<u32*>(out + col * T::kElem) = pack2<P.dtype>(o[i] * inv, o[i + 1] * inv);
+      }
+      if (a.lse != nullptr && tid % 4 == 0) a.lse[static_cast<i64>(head) * a.total_q + q_row] = lse;
+    } else {
+      const float inv = empty ? 0.0f : 1.0f / rs.l[r];
+      float* out = a.part_out +
+                   ((static_cast<i64>(w.split) * a.total_q + q_row) * a.h_q + head) * P.head_dim_v;
+#pragma unroll
+      for (int i = 2 * r; i < P.head_dim_v / 2; i += 4) {
+        const int col = wgmma_acc_coord(tid, i).col;
+        *reinterpret_cast<float2*>(out + col) = make_float2(o[i] * inv, o[i + 1] * inv);
+      }
+      if (tid % 4 == 0)
+        a.part_lse[(static_cast<i64>(w.split) * a.h_q + head) * a.total_q + q_row] = lse;
+    }
+  }
+}
+
+template <Params P>
+ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
+                             const Args& a, const Work<P>& w, int wg) {
+  using T = Traits<P>;
+  const int tid = thread_in_warpgroup();
+  float o[P.head_dim_v / 2];  // O [64 × dv] f32 accumulator fragment
+#pragma unroll
+  for (int i = 0; i < P.head_dim_v / 2; ++i) o[i] = 0.0f;
+  RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
+  const RowRule<P> rule = row_rule<P>(w, a, wg * 64 + wgmma_acc_coord(tid, 0).row,
+                                      wg * 64 + wgmma_acc_coord(tid, 2).row);
+  if (w.tile_begin < w.tile_end) mbarrier_wait(&s.q_full, 0);
+  const u32 q_addr = smem_u32(s.q);
+
+#pragma unroll 1
+  for (int tile = w.tile_begin, i = 0; tile < w.tile_end; ++tile, ++i) {
+    const int st = i % P.stages;
+    const u32 phase = static_cast<u32>(i / P.stages) & 1u;
+
+    // S [64 × block_n] = Q [64 × d] · K [block_n × d]ᵀ, d/16 k-steps back to back.
+    float sc[P.block_n / 2];
+    mbarrier_wait(&s.k_full[st], phase);
+    const u32 k_addr = smem_u32(s.k[st]);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < P.head_dim / 16; ++ks)
+      wgmma_ss<P.dtype, P.block_n>(sc, QTile<P>::desc(q_addr, ks * 32, wg * 64),
+                                   KTile<P>::desc(k_addr, ks * 32), ks > 0);
+    wgmma_commit();
+    // While S runs: refill the stage tile i−1 used, once both warpgroups are done with it
+    // (this warpgroup is; the wait is for the other one's P·V).
+    if (threadIdx.x == 0 && i >= 1 && tile - 1 + P.stages < w.tile_end) {
+      const int prev = (i - 1) % P.stages;
+      mbarrier_wait(&s.kv_empty[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
+      load_kv<P>(s, k_map, v_map, a, w, tile - 1 + P.stages, i - 1 + P.stages);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands(sc);
+
+    // Mask only where some row of the CTA sees part of the tile (boundary tiles).
+    const int key0 = tile * P.block_n;
+    float scale[2];
+    if (key0 >= w.lo_max && key0 + P.block_n - 1 <= w.hi_min) {
+      softmax_tile<P, false>(sc, rs, scale, rule, key0, a);
+    } else {
+      softmax_tile<P, true>(sc, rs, scale, rule, key0, a);
+    }
+
+    // P as the RS A operand: k16 step ks is S columns [16ks, 16ks + 16).
+    u32 pa[P.block_n / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
+#pragma unroll
+    for (int i2 = 0; i2 < P.head_dim_v / 2; ++i2) o[i2] *= scale[(i2 / 2) % 2];
+
+    // O [64 × dv] += P [64 × block_n] · V [block_n × dv]
+    mbarrier_wait(&s.v_full[st], phase);
+    if (key0 + P.block_n > w.s_k) {
+      zero_v_rows<P>(s.v[st], w.s_k - key0);
+      fence_proxy_async_smem();  // generic-proxy zeros, read by wgmma (async proxy)
+      named_barrier_sync(wg == 0 ? Bar::kTailZeroed0 : Bar::kTailZeroed1, kWarpgroupThreads);
+    }
+    const u32 v_addr = smem_u32(s.v[st]);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < P.block_n / 16; ++ks)
+      wgmma_rs<P.dtype, P.head_dim_v, WgmmaMajor::kMN>(o, pa[ks], VTile<P>::desc(v_addr, ks * 16),
+                                                      true);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    if (lane_id() == 0) mbarrier_arrive(&s.kv_empty[st]);
+  }
+  epilogue<P>(o, rs, a, w, wg);
+}
+
+// ---- entry -----------------------------------------------------------------------------
+
+// grid (m_tiles, heads (h_q, or h_kv when packed), batch × splits), Traits::kThreads.
+template <Params P>
+__global__ void __launch_bounds__(Traits<P>::kThreads, 1)
+    kernel(const __grid_constant__ TmaDesc q_map,  // q [rows, h_q, d], box [block_m/g, g, 64]
+           const __grid_constant__ TmaDesc k_map,  // k [rows, h_kv, d] or [pages, page, h_kv, d]
+           const __grid_constant__ TmaDesc v_map,  // v likewise with dv
+           const Args args) {
+  extern __shared__ u8 smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage<P>*>(
+      (reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  if (threadIdx.x == 0) {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
+    prefetch_tma_desc(q_map);
+    prefetch_tma_desc(k_map);
+    prefetch_tma_desc(v_map);
+    mbarrier_init(&s.q_full, 1);
+    for (int i = 0; i < P.stages; ++i) {
+      mbarrier_init(&s.k_full[i], 1);
+      mbarrier_init(&s.v_full[i], 1);
+      mbarrier_init(&s.kv_empty[i], kReleaseArrivals);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  const Work<P> w = locate<P>(args);
+  if (w.row0 < w.rows) {  // row blocks past this sequence's queries have nothing to do
+    if (threadIdx.x == 0 && w.tile_begin < w.tile_end) {  // Q and the first stages
+      load_q<P>(s, q_map, w);
+      for (int i = 0; i < P.stages && w.tile_begin + i < w.tile_end; ++i)
+        load_kv<P>(s, k_map, v_map, args, w, w.tile_begin + i, i);
+    }
+    consumer<P>(s, k_map, v_map, args, w, warpgroup_id_uniform());
+  }
+  pdl_launch_dependents();  // the combine kernel may start its prologue
+}
+
+}  // namespace attnjit::mha_fwd

@@ -1,0 +1,252 @@
+// mha_fwd config as data: validation (errors name the field), canonical JSON, the built-in
+// heuristic, and the kernel recipes (generated instantiations) of the main and combine
+// kernels.
+#include "ops/mha_fwd/config.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <nlohmann/json.hpp>
+
+#include "attnjit/error.hpp"
+#include "ops/config_json.hpp"
+#include "ops/template_args.hpp"
+
+namespace attnjit {
+namespace {
+
+constexpr std::array<std::string_view, 5> kMaskNames{"none", "causal", "window", "causal_window",
+                                                     "chunked"};
+constexpr std::array<std::string_view, 3> kModNames{"none", "softcap", "alibi"};
+constexpr std::array<std::string_view, 2> kLayoutNames{"contiguous", "paged"};
+
+bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+std::string cxx_bool(bool b) { return b ? "true" : "false"; }
+
+std::string cxx_mask(MaskKind m) {
+  static constexpr std::array<const char*, 5> kCxx{"kNone", "kCausal", "kWindow", "kCausalWindow",
+                                                   "kChunked"};
+  return std::string("attnjit::mha_fwd::Mask::") + kCxx[static_cast<size_t>(m)];
+}
+std::string cxx_mod(ScoreMod s) {
+  static constexpr std::array<const char*, 3> kCxx{"kNone", "kSoftcap", "kAlibi"};
+  return std::string("attnjit::mha_fwd::Mod::") + kCxx[static_cast<size_t>(s)];
+}
+
+}  // namespace
+
+std::string_view to_string(MaskKind m) noexcept { return kMaskNames[static_cast<size_t>(m)]; }
+std::string_view to_string(ScoreMod s) noexcept { return kModNames[static_cast<size_t>(s)]; }
+std::string_view to_string(KvLayout l) noexcept { return kLayoutNames[static_cast<size_t>(l)]; }
+
+unsigned MhaFwdConfig::dynamic_smem_bytes() const {
+  // Mirrors SharedStorage<P> (kernel_templates/mha_fwd/params.cuh; the kernel traps if
+  // launched with less): Q + stages × (K + V) tiles, 1 + 3·stages barriers, rounded to the
+  // 1024-byte tile alignment, plus 1024 for aligning the dynamic base.
+  const int e = dtype_bytes(dtype);
+  const int body = block_m * head_dim * e + stages * block_n * (head_dim + head_dim_v) * e +
+                   (1 + 3 * stages) * 8;
+  return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
+}
+
+void MhaFwdConfig::validate() const {
+  auto bad = [](const char* field, const std::string& rule) {
+    fail_config(fmt::format("mha_fwd config field '{}'", field), rule);
+  };
+  if (dtype != DType::kBF16 && dtype != DType::kF16)
+    bad("dtype", fmt::format("must be bf16 or f16, got {}", to_string(dtype)));
+  if (head_dim != 64 && head_dim != 128 && head_dim != 192 && head_dim != 256)
+    bad("head_dim", fmt::format("must be 64, 128, 192 or 256, got {}", head_dim));
+  if (!(head_dim_v == head_dim && head_dim != 192) && !(head_dim == 192 && head_dim_v == 128))
+    bad("head_dim_v", fmt::format("must equal head_dim (64, 128, 256), or be 128 with head_dim "
+                                  "192; got head_dim {} head_dim_v {}",
+                                  head_dim, head_dim_v));
+  if (block_m != 128)
+    bad("block_m", fmt::format("must be 128 (two consumer warpgroups × 64 rows), got {}", block_m));
+  if (block_n < 16 || block_n > 256 || block_n % 16 != 0)
+    bad("block_n", fmt::format("must be a multiple of 16 in 16..256, got {}", block_n));
+  // Registers per consumer thread: O (dv/2 floats), S (block_n/2) and P (block_n/4) under
+  // the 255-register cap with room for addresses and row state.
+  if (head_dim_v / 2 + 3 * block_n / 4 > 224)
+    bad("block_n", fmt::format("{} keys with head_dim_v {} need {} accumulator registers per "
+                               "thread (O + S + P), over the 224 that fit the 255-register cap",
+                               block_n, head_dim_v, head_dim_v / 2 + 3 * block_n / 4));
+  if (stages < 1 || stages > 4) bad("stages", fmt::format("must be 1..4, got {}", stages));
+  if (swizzle != Swizzle::k128B)
+    bad("swizzle", fmt::format("must be 128B (head dims are whole 128-byte spans), got {}",
+                               to_string(swizzle)));
+  if (static_cast<int>(mask) > static_cast<int>(MaskKind::kChunked))
+    bad("mask", "unknown mask kind");
+  if (static_cast<int>(score_mod) > static_cast<int>(ScoreMod::kAlibi))
+    bad("score_mod", "unknown score mod");
+  if (kv_layout == KvLayout::kPaged) {
+    if (page_size < 16 || page_size > 256 || !pow2(page_size))
+      bad("page_size", fmt::format("must be a power of two in 16..256 for paged KV, got {}", page_size));
+    if (!pow2(block_n))
+      bad("block_n", fmt::format("must be a power of two with paged KV (pages tile the KV block "
+                                 "or the other way round), got {}",
+                                 block_n));
+  } else if (kv_layout == KvLayout::kContiguous) {
+    if (page_size != 0)
+      bad("page_size", fmt::format("must be 0 unless kv_layout is paged, got {}", page_size));
+  } else {
+    bad("kv_layout", "unknown KV layout");
+  }
+  if (group != 0 && group != 2 && group != 4 && group != 8 && group != 16)
+    bad("group", fmt::format("must be 0 (one query head per CTA) or 2, 4, 8, 16 (query heads "
+                             "packed per KV head), got {}",
+                             group));
+  if (dynamic_smem_bytes() > kMhaMaxSmemPerBlock)
+    bad("stages", fmt::format("{} stages of {}-key K/V tiles need {} B of shared memory, over {}",
+                              stages, block_n, dynamic_smem_bytes(), kMhaMaxSmemPerBlock));
+}
+
+std::string MhaFwdConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["dtype"] = std::string(to_string(dtype));
+  j["head_dim"] = head_dim;
+  j["head_dim_v"] = head_dim_v;
+  j["block_m"] = block_m;
+  j["block_n"] = block_n;
+  j["stages"] = stages;
+  j["swizzle"] = std::string(to_string(swizzle));
+  j["mask"] = std::string(to_string(mask));
+  j["score_mod"] = std::string(to_string(score_mod));
+  j["ragged"] = ragged;
+  j["kv_layout"] = std::string(to_string(kv_layout));
+  j["page_size"] = page_size;
+  j["group"] = group;
+  j["sink"] = sink;
+  return j.dump();
+}
+
+MhaFwdConfig MhaFwdConfig::from_json(std::string_view text) {
+  const nlohmann::json j = ops::parse_config_text(text, "mha_fwd");
+  ops::ConfigReader r(j, "mha_fwd");
+  const MhaFwdConfig d;
+  MhaFwdConfig c;
+  c.dtype = r.get_dtype("dtype", d.dtype);
+  c.head_dim = r.get_int("head_dim", d.head_dim);
+  c.head_dim_v = r.get_int("head_dim_v", c.head_dim == 192 ? 128 : c.head_dim);
+  c.block_m = r.get_int("block_m", d.block_m);
+  c.block_n = r.get_int("block_n", d.block_n);
+  c.stages = r.get_int("stages", d.stages);
+  c.swizzle = r.get_swizzle("swizzle", d.swizzle);
+  c.mask = static_cast<MaskKind>(r.get_choice("mask", kMaskNames, static_cast<int>(d.mask)));
+  c.score_mod =
+      static_cast<ScoreMod>(r.get_choice("score_mod", kModNames, static_cast<int>(d.score_mod)));
+  c.ragged = r.get_bool("ragged", d.ragged);
+  c.kv_layout =
+      static_cast<KvLayout>(r.get_choice("kv_layout", kLayoutNames, static_cast<int>(d.kv_layout)));
+  c.page_size = r.get_int("page_size", d.page_size);
+  c.group = r.get_int("group", d.group);
+  c.sink = r.get_bool("sink", d.sink);
+  r.finish();
+  c.validate();
+  return c;
+}
+
+std::string MhaFwdConfig::describe() const {
+  std::string s = fmt::format("{} d{}", to_string(dtype), head_dim);
+  if (head_dim_v != head_dim) s += fmt::format("/{}", head_dim_v);
+  s += fmt::format(" {}x{} s{} {}", block_m, block_n, stages, to_string(mask));
+  if (score_mod != ScoreMod::kNone) s += fmt::format(" {}", to_string(score_mod));
+  if (ragged) s += " ragged";
+  if (kv_layout == KvLayout::kPaged) s += fmt::format(" paged{}", page_size);
+  if (group > 0) s += fmt::format(" g{}", group);
+  if (sink) s += " sink";
+  return s;
+}
+
+MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, MaskKind mask,
+                                    bool ragged, KvLayout kv_layout, int page_size) {
+  MhaFwdConfig c;
+  c.dtype = dtype;
+  c.head_dim = head_dim;
+  c.head_dim_v = head_dim_v;
+  c.mask = mask;
+  c.ragged = ragged;
+  c.kv_layout = kv_layout;
+  c.page_size = kv_layout == KvLayout::kPaged ? page_size : 0;
+  // Largest power-of-two key tile whose O + S + P fragments fit the register budget;
+  // 2 stages of K and V (3 do not fit next to a 256-wide Q).
+  c.block_n = head_dim_v > 128 ? 64 : 128;
+  c.stages = 2;
+  return c;
+}
+
+namespace ops {
+
+jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch) {
+  jit::KernelRecipe r;
+  r.source.op = "mha_fwd";
+  r.source.header = "mha_fwd/sm90_mha_fwd.cuh";
+  r.source.kernel = "attnjit::mha_fwd::kernel";
+  r.source.params_type = "attnjit::mha_fwd::Params";
+  r.source.args = {
+      {"dtype", cxx_enum(c.dtype)},
+      {"head_dim", std::to_string(c.head_dim)},
+      {"head_dim_v", std::to_string(c.head_dim_v)},
+      {"block_m", std::to_string(c.block_m)},
+      {"block_n", std::to_string(c.block_n)},
+      {"stages", std::to_string(c.stages)},
+      {"swizzle", cxx_enum(c.swizzle)},
+      {"mask", cxx_mask(c.mask)},
+      {"score_mod", cxx_mod(c.score_mod)},
+      {"ragged", cxx_bool(c.ragged)},
+      {"paged", cxx_bool(c.kv_layout == KvLayout::kPaged)},
+      {"page_size", std::to_string(c.page_size)},
+      {"group", std::to_string(c.group)},
+      {"sink", cxx_bool(c.sink)},
+  };
+  r.source.config_json = c.to_json();
+  r.options.arch = arch;
+  r.dynamic_smem_bytes = c.dynamic_smem_bytes();
+  return r;
+}
+
+std::string MhaCombineConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["dtype"] = std::string(to_string(dtype));
+  j["head_dim_v"] = head_dim_v;
+  j["ragged"] = ragged;
+  j["sink"] = sink;
+  return j.dump();
+}
+
+MhaCombineConfig MhaCombineConfig::from_json(const nlohmann::json& j) {
+  ConfigReader r(j, "mha_fwd_combine");
+  MhaCombineConfig c;
+  c.dtype = r.get_dtype("dtype", c.dtype);
+  c.head_dim_v = r.get_int("head_dim_v", c.head_dim_v);
+  c.ragged = r.get_bool("ragged", c.ragged);
+  c.sink = r.get_bool("sink", c.sink);
+  r.finish();
+  if (c.dtype != DType::kBF16 && c.dtype != DType::kF16)
+    fail_config("mha_fwd_combine config field 'dtype'",
+                fmt::format("must be bf16 or f16, got {}", to_string(c.dtype)));
+  if (c.head_dim_v != 64 && c.head_dim_v != 128 && c.head_dim_v != 256)
+    fail_config("mha_fwd_combine config field 'head_dim_v'",
+                fmt::format("must be 64, 128 or 256, got {}", c.head_dim_v));
+  return c;
+}
+
+jit::KernelRecipe mha_combine_recipe(const MhaCombineConfig& c, Arch arch) {
+  jit::KernelRecipe r;
+  r.source.op = "mha_fwd_combine";
+  r.source.header = "mha_fwd/combine.cuh";
+  r.source.kernel = "attnjit::mha_fwd::combine_kernel";
+  r.source.params_type = "attnjit::mha_fwd::CombineParams";
+  r.source.args = {{"dtype", cxx_enum(c.dtype)},
+                   {"head_dim_v", std::to_string(c.head_dim_v)},
+                   {"ragged", cxx_bool(c.ragged)},
+                   {"sink", cxx_bool(c.sink)}};
+  r.source.config_json = c.to_json();
+  r.options.arch = arch;
+  r.dynamic_smem_bytes = 0;
+  return r;
+}
+
+}  // namespace ops
+}  // namespace attnjit
