@@ -21,6 +21,39 @@ struct FieldSpec {
   std::string doc;
 };
 
+struct OpSpec;
+
+// A kernel a config needs compiled: (op, canonical config). A tuning candidate may need
+// more than one (mla_decode's split-KV candidates also need the combine kernel).
+struct KernelVariant {
+  const OpSpec* op = nullptr;
+  nlohmann::json config;
+};
+
+// How an op is autotuned (docs/tuning.md). An op without a search_space is not tunable.
+// A candidate is a JSON object: the op's config fields plus its run-time fields (call
+// arguments such as mla_decode's num_splits) named in `runtime_fields`.
+struct TuningSpec {
+  std::string shape_keys;  // doc for --shape, e.g. "rows, cols, dtype"
+  // Validates a shape's keys and values (errors name the key) and fills the defaults.
+  std::function<nlohmann::json(const nlohmann::json& shape)> canonical_shape;
+  // The DB bucket of a canonical shape, e.g. "bf16 rows=2^14 cols=2^13".
+  std::function<std::string(const nlohmann::json& shape)> bucket;
+  // The built-in heuristic's candidate: the reference every candidate is checked against.
+  std::function<nlohmann::json(const nlohmann::json& shape)> default_candidate;
+  // Every candidate to try for a shape; configs that cannot exist (shared memory, tile
+  // divisibility) are pruned by the op's own validation, shape-dependent ones by `prune`.
+  std::function<std::vector<nlohmann::json>(const nlohmann::json& shape)> search_space;
+  // "" when `candidate` is worth timing on `shape`, else why not (e.g. a tile larger than
+  // the tensor). Optional.
+  std::function<std::string(const nlohmann::json& candidate, const nlohmann::json& shape)> prune;
+  std::vector<std::string> runtime_fields;
+  // The kernels a canonical candidate's config (runtime fields removed) needs compiled.
+  std::function<std::vector<KernelVariant>(const nlohmann::json& config)> variants;
+  // Shapes `tools/gpu_tune.sh` sweeps (the op's benchmark shapes).
+  std::vector<nlohmann::json> bench_shapes;
+};
+
 struct OpSpec {
   std::string name;
   uint32_t id = 0;  // KernelKey::op; stable within a build
@@ -33,6 +66,7 @@ struct OpSpec {
   std::function<nlohmann::json(const nlohmann::json&)> canonicalize;
   // The kernel recipe of a (valid) config for an arch.
   std::function<jit::KernelRecipe(const nlohmann::json&, Arch)> recipe;
+  TuningSpec tuning;  // empty: not tunable
 
   bool supports(Arch arch) const;
 };
@@ -48,6 +82,8 @@ OpSpec mla_decode_op_spec();
 OpSpec mla_decode_combine_op_spec();
 OpSpec mha_fwd_op_spec();
 OpSpec mha_fwd_combine_op_spec();
+TuningSpec tma_copy_tuning_spec();    // runtime/ops/tma_copy/tma_copy_tuning.cpp
+TuningSpec mla_decode_tuning_spec();  // runtime/ops/mla_decode/mla_decode_tuning.cpp
 
 // Test-only families (op ids ≥ 1000) are not in the registry.
 inline constexpr uint32_t kTmaCopyOpId = 1;

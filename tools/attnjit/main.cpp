@@ -22,6 +22,8 @@ namespace attnjit::cli {
 // Each adds its subcommand to `app`; the returned function runs it once parsed.
 std::function<int()> add_precompile_command(CLI::App& app);
 std::function<int()> add_cache_command(CLI::App& app);
+std::function<int()> add_tune_command(CLI::App& app);         // tune_cmd.cpp
+std::function<int()> add_tune_worker_command(CLI::App& app);  // hidden: tune's worker process
 }  // namespace attnjit::cli
 
 namespace {
@@ -127,6 +129,8 @@ int main(int argc, char** argv) {
 
   const std::function<int()> run_precompile = cli::add_precompile_command(app);
   const std::function<int()> run_cache = cli::add_cache_command(app);
+  const std::function<int()> run_tune = cli::add_tune_command(app);
+  const std::function<int()> run_tune_worker = cli::add_tune_worker_command(app);
 
   try {
     app.parse(argc, argv);
@@ -137,6 +141,8 @@ int main(int argc, char** argv) {
   try {
     if (*app.get_subcommand("precompile")) return run_precompile();
     if (*app.get_subcommand("cache")) return run_cache();
+    if (*app.get_subcommand("tune")) return run_tune();
+    if (*app.get_subcommand("tune-worker")) return run_tune_worker();
     if (*list) return cmd_list(list_json);
     if (*compile) return cmd_compile(c_op, c_config, c_arch, c_out);
     if (*bench) return cli::run_bench(b);

@@ -23,6 +23,8 @@
 #include "cache/cache.hpp"
 #include "driver/driver.hpp"
 #include "ops/registry.hpp"
+#include "tune/tuned_variants.hpp"
+#include "tuning/db.hpp"
 
 namespace attnjit::cli {
 namespace {
@@ -42,6 +44,7 @@ struct Variant {
   const ops::OpSpec* op = nullptr;
   nlohmann::json config;  // canonical
   Arch arch;
+  bool tuned = false;  // added from the tuning database
 };
 
 struct Outcome {
@@ -144,6 +147,21 @@ std::pair<std::vector<Variant>, std::vector<Variant>> plan(const PrecompileOptio
     for (const Arch& a : archs)
       for (const ops::OpSpec& op : ops::registry())
         for (const nlohmann::json& c : op.default_set()) all.push_back({&op, c, a});
+  }
+  if (o.manifest.empty() && o.config.empty()) {
+    // The tuning database's winners for these archs (docs/tuning.md), so a deployment
+    // also has the kernels its tuned configs select. A corrupt database is reported by
+    // load_db (naming the file) and ignored.
+    const std::string db = tuning::db_path_for(o.cache_dir);
+    std::vector<std::string> skipped_entries;
+    for (tune::TunedVariant& t : tune::tuned_variants(db.empty() ? tuning::Db{} : tuning::load_db(db),
+                                                      archs, o.op, &skipped_entries)) {
+      bool known = false;
+      for (const Variant& v : all) known = known || (v.op == t.op && v.arch == t.arch && v.config == t.config);
+      if (!known) all.push_back({t.op, std::move(t.config), t.arch, true});
+    }
+    for (const std::string& s : skipped_entries)
+      fmt::print(stderr, "attnjit precompile: tuning database {}: skipped {}\n", db, s);
   }
   std::vector<Variant> build, skipped;
   for (Variant& v : all) (v.op->supports(v.arch) ? build : skipped).push_back(std::move(v));
@@ -250,6 +268,7 @@ int run(const PrecompileOptions& o) {
     out["cache_hits"] = n_hits;
     out["skipped"] = skipped.size();
     out["failed"] = n_failed;
+    out["tuned"] = std::count_if(variants.begin(), variants.end(), [](const Variant& v) { return v.tuned; });
     out["cache_dir"] = cache.root();
     out["jobs"] = jobs;
     out["wall_ms"] = wall_ms;
@@ -268,6 +287,7 @@ int run(const PrecompileOptions& o) {
     for (size_t i = 0; i < variants.size(); ++i) {
       const Outcome& r = results[i];
       nlohmann::ordered_json j = variant_json(variants[i]);
+      if (variants[i].tuned) j["tuned"] = true;
       j["status"] = r.status == Outcome::kHit        ? "cache_hit"
                     : r.status == Outcome::kCompiled ? "compiled"
                                                      : "failed";

@@ -6,4 +6,5 @@
 #include "attnjit/runtime.hpp"
 #include "attnjit/tensor.hpp"
 #include "attnjit/tma.hpp"
+#include "attnjit/tuning.hpp"
 #include "attnjit/types.hpp"

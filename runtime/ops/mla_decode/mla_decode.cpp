@@ -14,6 +14,7 @@
 #include "attnjit/tma.hpp"
 #include "driver/driver.hpp"
 #include "ops/config_json.hpp"
+#include "ops/mla_decode/mla_decode_tuning.hpp"
 #include "ops/registry.hpp"
 #include "ops/template_args.hpp"
 
@@ -313,6 +314,15 @@ int heuristic_splits(const Shapes& s, int max_len_hint, int sm_count) {
   return static_cast<int>(std::clamp<int64_t>(std::min(splits, kv_tiles / 4), 1, kMaxSplits));
 }
 
+// Calls with num_splits = 0: the tuning database's split count for these shapes when it
+// has one (mla_tuning::lookup), else the heuristic's.
+int default_splits(const Shapes& s, DType dtype, int max_len_hint, int sm_count) {
+  const int64_t max_len = max_len_hint > 0 ? max_len_hint : s.max_pages * s.page_size;
+  const mla_tuning::Choice t = mla_tuning::lookup(dtype, s.b, s.q_len, s.h, s.page_size, max_len);
+  if (t.found && t.num_splits > 0) return t.num_splits;
+  return heuristic_splits(s, max_len_hint, sm_count);
+}
+
 void check_workspace(const MlaDecodeArgs& a, const Shapes& s, int splits) {
   const size_t need = mla_decode_workspace_bytes(static_cast<int>(s.b), static_cast<int>(s.q_len),
                                                  static_cast<int>(s.h), splits);
@@ -411,7 +421,7 @@ int mla_decode_num_splits(const MlaDecodeArgs& args) {
   const Shapes s{args.q.shape[0],        args.q.shape[1],        args.q.shape[2],
                  args.kv_cache.shape[0], args.kv_cache.shape[1], args.block_table.shape[1]};
   const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
-  return heuristic_splits(s, args.max_len_hint, info.sm_count);
+  return default_splits(s, args.q.dtype, args.max_len_hint, info.sm_count);
 }
 
 void mla_decode_prepare(const MlaDecodeConfig& config) {
@@ -425,11 +435,7 @@ void mla_decode_prepare(const MlaDecodeConfig& config) {
 void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* config) {
   if (a.q.rank != 4)
     fail_arg("q", fmt::format("must be rank 4 [b, q_len, h, {}], got {}", kMlaHeadDim, a.q.describe()));
-  const MlaDecodeConfig c =
-      config ? *config
-             : mla_decode_default_config(a.q.dtype, static_cast<int>(a.q.shape[2]),
-                                         static_cast<int>(a.q.shape[1]),
-                                         a.kv_cache.rank == 3 ? static_cast<int>(a.kv_cache.shape[1]) : 0);
+  const MlaDecodeConfig c = config ? *config : mla_decode_selected_config(a);
   c.validate();
   const Shapes s = check_args(a, c);
   if (a.num_splits > 0) check_workspace(a, s, a.num_splits);
@@ -459,7 +465,7 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
     fail_arg("q", fmt::format("lives on device {} but the current device is {}", a.q.device,
                               static_cast<int>(dev)));
   const driver::DeviceInfo& info = driver::cached_device_info(dev);
-  const int splits = a.num_splits > 0 ? a.num_splits : heuristic_splits(s, a.max_len_hint, info.sm_count);
+  const int splits = a.num_splits > 0 ? a.num_splits : default_splits(s, c.dtype, a.max_len_hint, info.sm_count);
   if (a.num_splits == 0) check_workspace(a, s, splits);
   const Arch arch = current_arch(info);
   const jit::Kernel& main = main_kernel(c, arch);
@@ -521,6 +527,7 @@ OpSpec mla_decode_op_spec() {
       {"swizzle", "128B", "\"128B\"", "Q/K/V smem layout"},
   };
   op.archs = {kSm90a};
+  op.tuning = mla_decode_tuning_spec();
   op.default_set = [] {
     std::vector<nlohmann::json> set;
     for (DType d : {DType::kBF16, DType::kF16})

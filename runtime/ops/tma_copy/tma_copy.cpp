@@ -167,7 +167,7 @@ void tma_copy(const TensorView& dst, const TensorView& src, CUstream stream,
   if (rows > INT32_MAX || cols > INT32_MAX)
     fail_arg("src", fmt::format("dimensions must fit in int32 (TMA coordinates), got {}",
                                 src.describe()));
-  const TmaCopyConfig c = config ? *config : tma_copy_default_config(src.dtype);
+  const TmaCopyConfig c = config ? *config : tma_copy_selected_config(rows, cols, src.dtype);
   if (c.dtype != src.dtype && dtype_bytes(c.dtype) != dtype_bytes(src.dtype))
     fail_arg("config", fmt::format("dtype {} does not match the tensors' {}", to_string(c.dtype),
                                    to_string(src.dtype)));
@@ -222,6 +222,7 @@ OpSpec tma_copy_op_spec() {
       {"swizzle", "none, 32B, 64B, 128B", "\"none\"", "smem swizzle of each box"},
   };
   op.archs = {kSm90a, kSm100a};
+  op.tuning = tma_copy_tuning_spec();
   op.default_set = [] {
     std::vector<nlohmann::json> set;
     for (DType d : {DType::kBF16, DType::kE4M3}) {

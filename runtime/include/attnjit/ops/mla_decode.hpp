@@ -67,9 +67,15 @@ struct MlaDecodeArgs {
 // The config the runtime picks for these shapes (before any tuning database).
 MlaDecodeConfig mla_decode_default_config(DType dtype, int num_heads, int q_len, int page_size);
 
-// The split count a call with `args` will use: args.num_splits when set, else the
-// heuristic's — a function of batch, heads, q_len, the length bound and the current
-// device's SM count only, so the grid is fixed for fixed shapes (CUDA-graph capturable).
+// The config mla_decode(args, stream, nullptr) uses: the tuning database's winner for the
+// shapes' bucket on this GPU (attnjit/tuning.hpp, docs/tuning.md), else
+// mla_decode_default_config.
+MlaDecodeConfig mla_decode_selected_config(const MlaDecodeArgs& args);
+
+// The split count a call with `args` will use: args.num_splits when set, else the tuning
+// database's for the shapes' bucket when it has one, else the heuristic's — a function of
+// batch, heads, q_len, the length bound and the current device's SM count only, so the
+// grid is fixed for fixed shapes (CUDA-graph capturable).
 int mla_decode_num_splits(const MlaDecodeArgs& args);
 
 // Workspace bytes for a call with these shapes and split count (0 when unsplit).

@@ -33,6 +33,11 @@ struct TmaCopyConfig {
 // The built-in choice for a copy of `dtype` (before any tuning database is consulted).
 TmaCopyConfig tma_copy_default_config(DType dtype);
 
+// The config tma_copy(dst, src, stream, nullptr) uses for a rows × cols copy of `dtype`
+// on the current device: the tuning database's winner for that shape's bucket when it has
+// one for this GPU (attnjit/tuning.hpp, docs/tuning.md), else tma_copy_default_config.
+TmaCopyConfig tma_copy_selected_config(int64_t rows, int64_t cols, DType dtype);
+
 // Compiles (if needed), loads and sets attributes on the current device, so that a later
 // tma_copy with this config does no compile/load — e.g. before a CUDA-graph capture.
 void tma_copy_prepare(const TmaCopyConfig& config);
@@ -45,7 +50,7 @@ inline size_t tma_copy_workspace_bytes(const TensorView& /*dst*/, const TensorVi
 
 // dst[rows, cols] = src[rows, cols] on `stream` (current device's context). Both 2-D,
 // same shape and dtype, last dimension contiguous, 16-byte aligned, row strides a
-// multiple of 16 bytes. `config` = nullptr picks tma_copy_default_config(src.dtype).
+// multiple of 16 bytes. `config` = nullptr picks tma_copy_selected_config(rows, cols, dtype).
 // Needs no workspace.
 void tma_copy(const TensorView& dst, const TensorView& src, CUstream stream,
               const TmaCopyConfig* config = nullptr);

@@ -1,0 +1,234 @@
+// Benches of the registry's tunable ops (measure.hpp).
+#include "measure.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "attnjit/error.hpp"
+#include "attnjit/ops/mla_decode.hpp"
+#include "attnjit/ops/tma_copy.hpp"
+#include "bench_util.hpp"
+#include "space.hpp"
+
+namespace attnjit::tune {
+namespace {
+
+using nlohmann::json;
+using cli::Buffer;
+
+// Input copies so that consecutive calls never find their data in L2 (4 × L2 in all),
+// bounded so small shapes do not allocate hundreds of copies.
+int copies_for(size_t bytes_per_copy, const driver::DeviceInfo& dev, int max_copies) {
+  const size_t want = 4 * static_cast<size_t>(dev.l2_bytes);
+  return static_cast<int>(std::clamp<size_t>((want + bytes_per_copy - 1) / std::max<size_t>(1, bytes_per_copy), 1,
+                                             static_cast<size_t>(max_copies)));
+}
+
+std::vector<uint8_t> download(const Buffer& b) {
+  ATTNJIT_CU(cuCtxSynchronize);
+  std::vector<uint8_t> host(b.bytes);
+  ATTNJIT_CU(cuMemcpyDtoH, host.data(), b.ptr, b.bytes);
+  return host;
+}
+
+// ---- tma_copy: bit-exact -------------------------------------------------------------
+class TmaCopyBench final : public Bench {
+ public:
+  TmaCopyBench(const json& shape, const driver::DeviceInfo& dev)
+      : rows_(shape.at("rows").get<int64_t>()),
+        cols_(shape.at("cols").get<int64_t>()),
+        dtype_(*parse_dtype(shape.at("dtype").get<std::string>())) {
+    bytes_ = static_cast<size_t>(rows_ * cols_ * dtype_bytes(dtype_));
+    const int copies = copies_for(2 * bytes_, dev, 64);
+    std::mt19937_64 gen(0x7475u);
+    std::vector<uint64_t> host((bytes_ + 7) / 8);
+    for (int i = 0; i < copies; ++i) {
+      src_.emplace_back(bytes_);
+      dst_.emplace_back(bytes_);
+      for (auto& w : host) w = gen();
+      ATTNJIT_CU(cuMemcpyHtoD, src_.back().ptr, host.data(), bytes_);
+    }
+  }
+
+  std::function<void(int)> prepare(const json& candidate) override {
+    const TmaCopyConfig config = TmaCopyConfig::from_json(candidate.dump());
+    tma_copy_prepare(config);
+    return [this, config](int i) {
+      const size_t k = static_cast<size_t>(i) % src_.size();
+      tma_copy(view(dst_[k]), view(src_[k]), nullptr, &config);
+    };
+  }
+  void poison_output() override {
+    ATTNJIT_CU(cuMemsetD8Async, dst_[0].ptr, 0xA5, bytes_, nullptr);
+  }
+  std::vector<uint8_t> output() override { return download(dst_[0]); }
+  std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
+    size_t first = ref.size(), count = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      if (ref[i] != got[i]) {
+        first = std::min(first, i);
+        ++count;
+      }
+    if (count == 0) return {};
+    return fmt::format("{} of {} bytes differ from the reference copy (first at byte {})", count,
+                       ref.size(), first);
+  }
+
+ private:
+  TensorView view(const Buffer& b) const {
+    return TensorView::contiguous(b.data(), dtype_, {rows_, cols_});
+  }
+  int64_t rows_, cols_;
+  DType dtype_;
+  size_t bytes_ = 0;
+  std::vector<Buffer> src_, dst_;
+};
+
+// ---- mla_decode: within rounding of the reference's output ---------------------------
+uint16_t to_bits(float x, DType dtype) {
+  if (dtype == DType::kF16) return std::bit_cast<uint16_t>(static_cast<_Float16>(x));
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  u += 0x7FFF + ((u >> 16) & 1);  // bf16, round to nearest even (inputs are finite)
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bits(uint16_t b, DType dtype) {
+  if (dtype == DType::kF16) return static_cast<float>(std::bit_cast<_Float16>(b));
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+
+// Split count and tile size change the summation order, so outputs differ by rounding
+// (bf16: ~2^-9 relative per element); a wrong kernel is off by O(1).
+constexpr double kMlaMaxRelL2 = 1e-2;
+
+class MlaDecodeBench final : public Bench {
+ public:
+  MlaDecodeBench(const json& shape, const driver::DeviceInfo& dev)
+      : b_(shape.at("b").get<int>()),
+        q_len_(shape.at("q_len").get<int>()),
+        h_(shape.at("h").get<int>()),
+        s_k_(shape.at("s_k").get<int>()),
+        page_(shape.at("page").get<int>()),
+        dtype_(*parse_dtype(shape.at("dtype").get<std::string>())) {
+    std::mt19937_64 gen(0x6D6C61u);
+    max_pages_ = (s_k_ + page_ - 1) / page_;
+    num_pages_ = b_ * max_pages_;
+    std::vector<int32_t> pool(static_cast<size_t>(num_pages_));
+    for (int i = 0; i < num_pages_; ++i) pool[static_cast<size_t>(i)] = i;
+    std::shuffle(pool.begin(), pool.end(), gen);  // pages in any order, as an allocator leaves them
+    const std::vector<int32_t> lens(static_cast<size_t>(b_), s_k_);
+
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const size_t q_elems = static_cast<size_t>(b_) * q_len_ * h_ * kMlaHeadDim;
+    std::vector<uint16_t> q_bits(q_elems);
+    for (auto& v : q_bits) v = to_bits(normal(gen), dtype_);
+    // The page pool repeats one chunk of random rows: a multi-GB cache need not be drawn
+    // value by value, and distinct pages still hold distinct rows within a chunk.
+    constexpr size_t kChunkRows = 4096;
+    std::vector<uint16_t> chunk(kChunkRows * kMlaHeadDim);
+    for (auto& v : chunk) v = to_bits(normal(gen), dtype_);
+    const size_t pool_rows = static_cast<size_t>(num_pages_) * page_;
+    const size_t set_bytes = (pool_rows * kMlaHeadDim + q_elems) * 2;
+    const int copies = copies_for(set_bytes, dev, 16);
+    for (int i = 0; i < copies; ++i) {
+      q_.emplace_back(q_elems * 2);
+      cache_.emplace_back(pool_rows * kMlaHeadDim * 2);
+      ATTNJIT_CU(cuMemcpyHtoD, q_.back().ptr, q_bits.data(), q_elems * 2);
+      for (size_t r = 0; r < pool_rows; r += kChunkRows) {
+        const size_t n = std::min(kChunkRows, pool_rows - r);
+        ATTNJIT_CU(cuMemcpyHtoD, cache_.back().ptr + r * kMlaHeadDim * 2, chunk.data(), n * kMlaHeadDim * 2);
+      }
+    }
+    table_ = std::make_unique<Buffer>(pool.size() * 4);
+    lens_ = std::make_unique<Buffer>(lens.size() * 4);
+    out_ = std::make_unique<Buffer>(static_cast<size_t>(b_) * q_len_ * h_ * kMlaValueDim * 2);
+    ATTNJIT_CU(cuMemcpyHtoD, table_->ptr, pool.data(), pool.size() * 4);
+    ATTNJIT_CU(cuMemcpyHtoD, lens_->ptr, lens.data(), lens.size() * 4);
+  }
+
+  std::function<void(int)> prepare(const json& candidate) override {
+    json config = candidate;
+    const int wanted = config.value("num_splits", 0);
+    config.erase("num_splits");
+    const MlaDecodeConfig c = MlaDecodeConfig::from_json(config.dump());
+    mla_decode_prepare(c);
+    MlaDecodeArgs probe = args_for(0, wanted);
+    const int splits = mla_decode_num_splits(probe);  // 0 → the heuristic's (the worker has no DB)
+    const size_t ws = mla_decode_workspace_bytes(b_, q_len_, h_, splits);
+    if (ws > 0 && (!workspace_ || workspace_->bytes < ws)) {
+      workspace_.reset();
+      workspace_ = std::make_unique<Buffer>(ws);
+    }
+    void* ws_ptr = ws > 0 ? workspace_->data() : nullptr;
+    return [this, c, splits, ws, ws_ptr](int i) {
+      MlaDecodeArgs a = args_for(static_cast<size_t>(i) % q_.size(), splits);
+      a.workspace = ws_ptr;
+      a.workspace_bytes = ws;
+      mla_decode(a, nullptr, &c);
+    };
+  }
+  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr, 0xFF, out_->bytes, nullptr); }
+  std::vector<uint8_t> output() override { return download(*out_); }
+  std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
+    const size_t n = ref.size() / 2;
+    double diff2 = 0, ref2 = 0;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t rb, gb;
+      std::memcpy(&rb, ref.data() + 2 * i, 2);
+      std::memcpy(&gb, got.data() + 2 * i, 2);
+      const double r = from_bits(rb, dtype_), g = from_bits(gb, dtype_);
+      if (std::isfinite(r) != std::isfinite(g)) {
+        ++nonfinite;
+        continue;
+      }
+      if (!std::isfinite(r)) continue;
+      diff2 += (g - r) * (g - r);
+      ref2 += r * r;
+    }
+    const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    if (nonfinite == 0 && rel <= kMlaMaxRelL2) return {};
+    return fmt::format("output differs from the reference's: relative L2 error {:.3g} (limit {}), "
+                       "{} elements finite in one and not the other",
+                       rel, kMlaMaxRelL2, nonfinite);
+  }
+
+ private:
+  MlaDecodeArgs args_for(size_t set, int splits) const {
+    MlaDecodeArgs a;
+    a.q = TensorView::contiguous(q_[set].data(), dtype_, {b_, q_len_, h_, kMlaHeadDim});
+    a.kv_cache = TensorView::contiguous(cache_[set].data(), dtype_, {num_pages_, page_, kMlaHeadDim});
+    a.block_table = TensorView::contiguous(table_->data(), DType::kI32, {b_, max_pages_});
+    a.cache_lens = TensorView::contiguous(lens_->data(), DType::kI32, {b_});
+    a.out = TensorView::contiguous(out_->data(), dtype_, {b_, q_len_, h_, kMlaValueDim});
+    a.softmax_scale = 0.07216878f;  // 1/sqrt(192), as the bench
+    a.num_splits = splits;
+    a.max_len_hint = s_k_;
+    return a;
+  }
+
+  int b_, q_len_, h_, s_k_, page_;
+  DType dtype_;
+  int max_pages_ = 0, num_pages_ = 0;
+  std::vector<Buffer> q_, cache_;
+  std::unique_ptr<Buffer> table_, lens_, out_, workspace_;
+};
+
+}  // namespace
+
+std::vector<Tunable> builtin_tunables() {
+  return {
+      {"tma_copy", [](const json& s, const driver::DeviceInfo& d) -> std::unique_ptr<Bench> {
+         return std::make_unique<TmaCopyBench>(s, d);
+       }},
+      {"mla_decode", [](const json& s, const driver::DeviceInfo& d) -> std::unique_ptr<Bench> {
+         return std::make_unique<MlaDecodeBench>(s, d);
+       }},
+  };
+}
+
+}  // namespace attnjit::tune
