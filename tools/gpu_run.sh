@@ -66,5 +66,8 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   done
 fi
 
+if [ "${TUNE:-0}" = 1 ]; then
+  bash tools/gpu_tune.sh "$OUT_DIR/tune" || status=1
+fi
 python3 tools/summarize_results.py "$OUT_DIR" || status=1
 exit $status
