@@ -131,9 +131,15 @@ Choice lookup(DType dtype, int64_t b, int64_t q_len, int64_t h, int64_t page, in
       for (const auto& [k, c] : g_memo)
         if (k == key) return c;
   }
+  const json shape = shape_json(dtype, b, q_len, h, max_len, page);
+  try {
+    canonical_shape(shape);
+  } catch (const Error&) {
+    return {};  // no config can run this shape: the call's own checks say why
+  }
   Choice choice;
   try {
-    if (auto t = tuned_config("mla_decode", shape_json(dtype, b, q_len, h, max_len, page))) {
+    if (auto t = tuned_config("mla_decode", shape)) {
       const int splits = t->value("num_splits", 0);
       t->erase("num_splits");
       const MlaDecodeConfig c = MlaDecodeConfig::from_json(t->dump());

@@ -264,7 +264,7 @@ SweepResult run_sweep(const SweepOptions& o) {
     std::vector<int> ordinals;
     for (const DeviceDesc& d : devices) ordinals.push_back(d.ordinal);
     const ScheduleReport report = schedule(ordinals, todo.size(), run_one);
-    sessions.clear();  // stdin closes, workers exit; the destructor kills stragglers
+    sessions.clear();  // kills the workers: their inputs belong to this shape
     progress.done();
     for (const auto& [device, why] : report.retired) result.notes.push_back(why);
     for (size_t job = 0; job < todo.size(); ++job)
