@@ -65,7 +65,7 @@ struct Traits {
                 "keys per tile: a multiple of 16 (one k16 step of P·V) up to a TMA box");
   static_assert(P.head_dim % 64 == 0 && P.head_dim <= 256, "d: whole 128-byte spans");
   static_assert(P.head_dim_v % 64 == 0 && P.head_dim_v <= 256, "dv: one wgmma N ≤ 256");
-  static_assert(P.stages >= 1 && P.stages <= 8, "K/V ring depth");
+  static_assert(P.stages >= 2 && P.stages <= 4, "K/V ring depth (refills run one tile ahead)");
   static_assert(!P.paged || (P.page_size >= 16 && P.page_size <= 256 &&
                              (P.page_size & (P.page_size - 1)) == 0 &&
                              (P.block_n % P.page_size == 0 || P.page_size % P.block_n == 0)),
@@ -104,9 +104,13 @@ struct Args {
   int chunk;               // chunked: tokens per chunk
 };
 
-// Named barriers (id 0 is __syncthreads): one per consumer warpgroup, for the stale-V-row
-// zeroing of a partial last tile (all 128 threads' zeros land before that wgmma reads).
-enum class Bar : u32 { kTailZeroed0 = 1, kTailZeroed1 = 2 };
+// Named barriers (id 0 is __syncthreads).
+enum class Bar : u32 {
+  kTailZeroed0 = 1,  // warpgroup 0 zeroed the stale V rows of its last tile
+  kTailZeroed1 = 2,
+  kTurn0 = 3,        // ping-pong: warpgroup 0 may issue its GEMMs (256 threads)
+  kTurn1 = 4,
+};
 
 // The shared-memory plan. Tiles first, each 1024-aligned (the 128B swizzle repeat).
 template <Params P>
@@ -118,7 +122,8 @@ struct SharedStorage {
   MBarrier q_full;
   MBarrier k_full[P.stages];   // TMA of a K stage landed (S may start)
   MBarrier v_full[P.stages];   // TMA of a V stage landed (P·V may start)
-  MBarrier kv_empty[P.stages]; // every consumer warp has finished P·V of a stage (K long before)
+  MBarrier k_empty[P.stages];  // every consumer warp has finished S of a K stage
+  MBarrier v_empty[P.stages];  // every consumer warp has finished P·V of a V stage
 };
 
 template <Params P>

@@ -5,10 +5,11 @@
 // tiles. 256 threads = two consumer warpgroups, each owning 64 rows: S = Q·Kᵀ (SS wgmma,
 // N = block_n), score mod, mask (boundary tiles only), online softmax in exp2, P converted
 // in registers, O += P·V (RS wgmma, N = dv). K and V stream through a `stages`-deep ring
-// with separate "full" barriers (S of a tile starts before its V has landed) and one
-// "empty" barrier per stage (released after P·V). Thread 0 issues the TMA loads: Q and the
-// first `stages` tiles up front, then, while its warpgroup's S of tile i runs, the refill
-// of the stage tile i−1 used. Why no producer warp: see Traits::kThreads (params.cuh).
+// with separate barriers (S of a tile needs only its K; K is released after S, V after P·V).
+// Thread 0 issues the TMA loads: Q and the first `stages` tiles up front, then each freed
+// K / V stage's refill while its warpgroup's GEMMs run. Why no producer warp: see
+// Traits::kThreads (params.cuh). The two warpgroups ping-pong their GEMM issue and each
+// overlaps its softmax of tile i with its own P·V of tile i−1 (see consumer()).
 //
 // Stale rows: keys past a sequence (the next sequence's rows, a page's unused tail, NaN
 // included) are masked by replacement in S, and their V rows are zeroed in shared memory
@@ -105,35 +106,42 @@ struct RowState {
 
 // S [64 × block_n] (raw q·k) → P = exp2(s − m_new) in place; updates m, l and returns the
 // factor exp2(m_old − m_new) each row's O must be scaled by. kMasked: boundary tile.
+// Without a score mod the scale folds into the exponent's FFMA (max taken on raw scores,
+// scale > 0): exp2(raw·c − m), one FFMA + one MUFU per element.
 template <Params P, bool kMasked>
 ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                                  const RowRule<P>& rule, int key0, const Args& a) {
+  constexpr bool kFused = P.score_mod == Mod::kNone;
   const int tid = thread_in_warpgroup();
   float tile_max[2] = {neg_inf(), neg_inf()};
 #pragma unroll
   for (int i = 0; i < P.block_n / 2; ++i) {
     const int r = (i / 2) % 2;
     const int key = key0 + wgmma_acc_coord(tid, i).col;
-    float x = score_log2<P>(sc[i], key, static_cast<float>(rule.ip[r]), rule.slope_log2[r], a);
+    float x = sc[i];
+    if constexpr (!kFused)
+      x = score_log2<P>(x, key, static_cast<float>(rule.ip[r]), rule.slope_log2[r], a);
     // Replacement, not addition: a NaN score of a stale key must not survive.
     if constexpr (kMasked) x = key >= rule.lo[r] && key <= rule.hi[r] ? x : neg_inf();
     sc[i] = x;
     tile_max[r] = fmaxf(tile_max[r], x);
   }
+  float neg_m[2];  // −m_new, or 0 while a row has seen no key (its p are exp2(−inf) = 0)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    const float m_new = fmaxf(rs.m[r], tile_max[r]);
-    // While a row has seen no key m stays -inf: scale 1 and p 0 (never inf − inf).
+    const float m_new = fmaxf(rs.m[r], kFused ? tile_max[r] * a.scale_log2 : tile_max[r]);
+    // While a row has seen no key m stays -inf: scale 1 (never inf − inf).
     scale[r] = m_new == neg_inf() ? 1.0f : exp2f(rs.m[r] - m_new);
+    neg_m[r] = m_new == neg_inf() ? 0.0f : -m_new;
     rs.m[r] = m_new;
     rs.l[r] *= scale[r];
   }
 #pragma unroll
   for (int i = 0; i < P.block_n / 2; ++i) {
     const int r = (i / 2) % 2;
-    const float p = rs.m[r] == neg_inf() ? 0.0f : exp2f(sc[i] - rs.m[r]);
+    const float p = kFused ? exp2f(fmaf(sc[i], a.scale_log2, neg_m[r])) : exp2f(sc[i] + neg_m[r]);
     sc[i] = p;
     rs.l[r] += p;
   }
@@ -202,78 +210,137 @@ ATTNJIT_DEVICE void epilogue(const float (&o)[P.head_dim_v / 2], RowState& rs, c
   }
 }
 
+// Mask only where some row of the CTA sees part of the tile (boundary tiles).
+template <Params P>
+ATTNJIT_DEVICE void softmax(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
+                            const RowRule<P>& rule, const Work<P>& w, int tile, const Args& a) {
+  const int key0 = tile * P.block_n;
+  if (key0 >= w.lo_max && key0 + P.block_n - 1 <= w.hi_min) {
+    softmax_tile<P, false>(sc, rs, scale, rule, key0, a);
+  } else {
+    softmax_tile<P, true>(sc, rs, scale, rule, key0, a);
+  }
+}
+
+// S [64 × block_n] = Q [64 × d] · K [block_n × d]ᵀ, d/16 k-steps back to back (issue only).
+template <Params P>
+ATTNJIT_DEVICE void issue_qk(float (&sc)[P.block_n / 2], u32 q_addr, u32 k_addr, int wg) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < P.head_dim / 16; ++ks)
+    wgmma_ss<P.dtype, P.block_n>(sc, QTile<P>::desc(q_addr, ks * 32, wg * 64),
+                                 KTile<P>::desc(k_addr, ks * 32), ks > 0);
+  wgmma_commit();
+}
+
+// O [64 × dv] += P [64 × block_n] · V [block_n × dv] (issue only; P from registers).
+template <Params P>
+ATTNJIT_DEVICE void issue_pv(float (&o)[P.head_dim_v / 2], u32 (&pa)[P.block_n / 16][4], u32 v_addr) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < P.block_n / 16; ++ks)
+    wgmma_rs<P.dtype, P.head_dim_v, WgmmaMajor::kMN>(o, pa[ks], VTile<P>::desc(v_addr, ks * 16), true);
+  wgmma_commit();
+}
+
+// The two consumer warpgroups take turns issuing their GEMMs (FA3's ping-pong): warpgroup
+// w waits for its turn, issues S of tile i and P·V of tile i−1, and hands the turn over, so
+// one warpgroup's softmax runs while the other's GEMMs keep the tensor cores busy.
+ATTNJIT_DEVICE Bar turn_of(int wg) { return wg == 0 ? Bar::kTurn0 : Bar::kTurn1; }
+
+// Main loop of one consumer warpgroup. Iteration i overlaps, inside the warpgroup, the
+// softmax of tile i with P·V of tile i−1 (FA3's intra-warpgroup overlap): issue S_i, issue
+// P·V_{i−1}, wait for S_i only, softmax, then wait for P·V_{i−1}, rescale O and convert P_i.
+// Registers: S (block_n/2) + P (block_n/4) + O (dv/2) floats live at once.
 template <Params P>
 ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
                              const Args& a, const Work<P>& w, int wg) {
   using T = Traits<P>;
-  const int tid = thread_in_warpgroup();
   float o[P.head_dim_v / 2];  // O [64 × dv] f32 accumulator fragment
 #pragma unroll
   for (int i = 0; i < P.head_dim_v / 2; ++i) o[i] = 0.0f;
   RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
+  const int tid = thread_in_warpgroup();
   const RowRule<P> rule = row_rule<P>(w, a, wg * 64 + wgmma_acc_coord(tid, 0).row,
                                       wg * 64 + wgmma_acc_coord(tid, 2).row);
-  if (w.tile_begin < w.tile_end) mbarrier_wait(&s.q_full, 0);
-  const u32 q_addr = smem_u32(s.q);
+  const int n = w.tile_end - w.tile_begin;
+  if (n > 0) {
+    const u32 q_addr = smem_u32(s.q);
+    const bool issuer = threadIdx.x == 0;
+    float sc[P.block_n / 2];    // S_i, then P_i (f32)
+    u32 pa[P.block_n / 16][4];  // P_{i−1} as the RS A operand: k16 step ks = columns [16ks, +16)
+    float scale[2];
 
-#pragma unroll 1
-  for (int tile = w.tile_begin, i = 0; tile < w.tile_end; ++tile, ++i) {
-    const int st = i % P.stages;
-    const u32 phase = static_cast<u32>(i / P.stages) & 1u;
-
-    // S [64 × block_n] = Q [64 × d] · K [block_n × d]ᵀ, d/16 k-steps back to back.
-    float sc[P.block_n / 2];
-    mbarrier_wait(&s.k_full[st], phase);
-    const u32 k_addr = smem_u32(s.k[st]);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < P.head_dim / 16; ++ks)
-      wgmma_ss<P.dtype, P.block_n>(sc, QTile<P>::desc(q_addr, ks * 32, wg * 64),
-                                   KTile<P>::desc(k_addr, ks * 32), ks > 0);
-    wgmma_commit();
-    // While S runs: refill the stage tile i−1 used, once both warpgroups are done with it
-    // (this warpgroup is; the wait is for the other one's P·V).
-    if (threadIdx.x == 0 && i >= 1 && tile - 1 + P.stages < w.tile_end) {
-      const int prev = (i - 1) % P.stages;
-      mbarrier_wait(&s.kv_empty[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
-      load_kv<P>(s, k_map, v_map, a, w, tile - 1 + P.stages, i - 1 + P.stages);
-    }
+    // Tile 0: S and softmax (nothing to overlap with yet).
+    mbarrier_wait(&s.q_full, 0);
+    mbarrier_wait(&s.k_full[0], 0);
+    issue_qk<P>(sc, q_addr, smem_u32(s.k[0]), wg);
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
-
-    // Mask only where some row of the CTA sees part of the tile (boundary tiles).
-    const int key0 = tile * P.block_n;
-    float scale[2];
-    if (key0 >= w.lo_max && key0 + P.block_n - 1 <= w.hi_min) {
-      softmax_tile<P, false>(sc, rs, scale, rule, key0, a);
-    } else {
-      softmax_tile<P, true>(sc, rs, scale, rule, key0, a);
-    }
-
-    // P as the RS A operand: k16 step ks is S columns [16ks, 16ks + 16).
-    u32 pa[P.block_n / 16][4];
+    if (lane_id() == 0) mbarrier_arrive(&s.k_empty[0]);
+    softmax<P>(sc, rs, scale, rule, w, w.tile_begin, a);
 #pragma unroll
     for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
-#pragma unroll
-    for (int i2 = 0; i2 < P.head_dim_v / 2; ++i2) o[i2] *= scale[(i2 / 2) % 2];
+    if (wg == 1) named_barrier_arrive(turn_of(0), 2 * kWarpgroupThreads);  // warpgroup 0 first
 
-    // O [64 × dv] += P [64 × block_n] · V [block_n × dv]
-    mbarrier_wait(&s.v_full[st], phase);
+#pragma unroll 1
+    for (int i = 1; i < n; ++i) {
+      const int tile = w.tile_begin + i;
+      const int st = i % P.stages, prev = (i - 1) % P.stages;
+      mbarrier_wait(&s.k_full[st], static_cast<u32>(i / P.stages) & 1u);
+      mbarrier_wait(&s.v_full[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
+      named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
+      issue_qk<P>(sc, q_addr, smem_u32(s.k[st]), wg);
+      issue_pv<P>(o, pa, smem_u32(s.v[prev]));
+      named_barrier_arrive(turn_of(wg ^ 1), 2 * kWarpgroupThreads);
+      // While both run: refill K of tile i−1's stage (both warpgroups finished S_{i−1}) and
+      // V of tile i−2's stage (both finished P·V_{i−2}).
+      if (issuer) {
+        if (i - 1 + P.stages < n) {
+          mbarrier_wait(&s.k_empty[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
+          const int j = i - 1 + P.stages;
+          mbarrier_arrive_expect_tx(&s.k_full[prev], T::kKBytes);
+          load_kv_tile<P, T::kQkChunks>(k_map, &s.k_full[prev], s.k[prev], a, w, w.tile_begin + j);
+        }
+        if (i >= 2 && i - 2 + P.stages < n) {
+          const int pst = (i - 2) % P.stages;
+          mbarrier_wait(&s.v_empty[pst], static_cast<u32>((i - 2) / P.stages) & 1u);
+          const int j = i - 2 + P.stages;
+          mbarrier_arrive_expect_tx(&s.v_full[pst], T::kVBytes);
+          load_kv_tile<P, T::kVChunks>(v_map, &s.v_full[pst], s.v[pst], a, w, w.tile_begin + j);
+        }
+      }
+      wgmma_wait<1>();  // S_i done; P·V_{i−1} may still run
+      wgmma_fence_operands(sc);
+      if (lane_id() == 0) mbarrier_arrive(&s.k_empty[st]);
+      softmax<P>(sc, rs, scale, rule, w, tile, a);
+      wgmma_wait<0>();  // P·V_{i−1} done: its P registers and V stage are free
+      wgmma_fence_operands(o);
+#pragma unroll
+      for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_fence_operands(pa[ks]);
+      if (lane_id() == 0) mbarrier_arrive(&s.v_empty[prev]);
+#pragma unroll
+      for (int i2 = 0; i2 < P.head_dim_v / 2; ++i2) o[i2] *= scale[(i2 / 2) % 2];
+#pragma unroll
+      for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
+    }
+
+    // P·V of the last tile. Its keys past the sequence (a partial tile) may be NaN in V:
+    // zero those rows first (every warp of this warpgroup, then a warpgroup barrier).
+    const int last = n - 1, lst = last % P.stages;
+    const int key0 = (w.tile_end - 1) * P.block_n;
+    mbarrier_wait(&s.v_full[lst], static_cast<u32>(last / P.stages) & 1u);
     if (key0 + P.block_n > w.s_k) {
-      zero_v_rows<P>(s.v[st], w.s_k - key0);
+      zero_v_rows<P>(s.v[lst], w.s_k - key0);
       fence_proxy_async_smem();  // generic-proxy zeros, read by wgmma (async proxy)
       named_barrier_sync(wg == 0 ? Bar::kTailZeroed0 : Bar::kTailZeroed1, kWarpgroupThreads);
     }
-    const u32 v_addr = smem_u32(s.v[st]);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < P.block_n / 16; ++ks)
-      wgmma_rs<P.dtype, P.head_dim_v, WgmmaMajor::kMN>(o, pa[ks], VTile<P>::desc(v_addr, ks * 16),
-                                                      true);
-    wgmma_commit();
+    named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
+    issue_pv<P>(o, pa, smem_u32(s.v[lst]));
+    // Warpgroup 1 goes last: its hand-over would have no taker (counts stay balanced).
+    if (wg == 0) named_barrier_arrive(turn_of(1), 2 * kWarpgroupThreads);
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    if (lane_id() == 0) mbarrier_arrive(&s.kv_empty[st]);
   }
   epilogue<P>(o, rs, a, w, wg);
 }
@@ -301,7 +368,8 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     for (int i = 0; i < P.stages; ++i) {
       mbarrier_init(&s.k_full[i], 1);
       mbarrier_init(&s.v_full[i], 1);
-      mbarrier_init(&s.kv_empty[i], kReleaseArrivals);
+      mbarrier_init(&s.k_empty[i], kReleaseArrivals);
+      mbarrier_init(&s.v_empty[i], kReleaseArrivals);
     }
     fence_mbarrier_init();
   }

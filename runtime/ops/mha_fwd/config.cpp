@@ -42,11 +42,11 @@ std::string_view to_string(KvLayout l) noexcept { return kLayoutNames[static_cas
 
 unsigned MhaFwdConfig::dynamic_smem_bytes() const {
   // Mirrors SharedStorage<P> (kernel_templates/mha_fwd/params.cuh; the kernel traps if
-  // launched with less): Q + stages × (K + V) tiles, 1 + 3·stages barriers, rounded to the
+  // launched with less): Q + stages × (K + V) tiles, 1 + 4·stages barriers, rounded to the
   // 1024-byte tile alignment, plus 1024 for aligning the dynamic base.
   const int e = dtype_bytes(dtype);
   const int body = block_m * head_dim * e + stages * block_n * (head_dim + head_dim_v) * e +
-                   (1 + 3 * stages) * 8;
+                   (1 + 4 * stages) * 8;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 
@@ -72,7 +72,8 @@ void MhaFwdConfig::validate() const {
     bad("block_n", fmt::format("{} keys with head_dim_v {} need {} accumulator registers per "
                                "thread (O + S + P), over the 224 that fit the 255-register cap",
                                block_n, head_dim_v, head_dim_v / 2 + 3 * block_n / 4));
-  if (stages < 1 || stages > 4) bad("stages", fmt::format("must be 1..4, got {}", stages));
+  // ≥ 2: K of tile i+1 and V of tile i are refilled while tile i is in use.
+  if (stages < 2 || stages > 4) bad("stages", fmt::format("must be 2..4, got {}", stages));
   if (swizzle != Swizzle::k128B)
     bad("swizzle", fmt::format("must be 128B (head dims are whole 128-byte spans), got {}",
                                to_string(swizzle)));

@@ -522,7 +522,7 @@ OpSpec mha_fwd_op_spec() {
       {"block_m", "128", "128", "query rows per CTA (2 consumer warpgroups × 64)"},
       {"block_n", "16..256, multiple of 16; dv/2 + 3·block_n/4 ≤ 224; power of 2 when paged",
        "128", "keys per KV tile"},
-      {"stages", "1..4, within 227 KiB", "2", "K/V ring depth"},
+      {"stages", "2..4, within 227 KiB", "2", "K/V ring depth"},
       {"swizzle", "128B", "\"128B\"", "Q/K/V smem layout"},
       {"mask", "none, causal, window, causal_window, chunked", "\"none\"", "mask kind"},
       {"score_mod", "none, softcap, alibi", "\"none\"", "score modifier"},
