@@ -53,6 +53,10 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   BENCH_TIMEOUT=300 bench mla_decode
   BENCH_TIMEOUT=300 bench mla_decode --config '{"block_n":32,"stages":4}'
   timeout -s KILL 300 python3 tools/bench_mla_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_mla_torch.py failed"; status=1; }
+  # mha_fwd: the rows (each checked against the float64 reference first), then
+  # PyTorch SDPA with the cuDNN and flash backends in the same call.
+  BENCH_TIMEOUT=400 bench mha_fwd
+  timeout -s KILL 400 python3 tools/bench_mha_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_mha_torch.py failed"; status=1; }
   for dt in bf16 e4m3; do
     bench tma_copy --shape rows=16384,cols=16384,dtype=$dt
   done

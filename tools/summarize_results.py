@@ -37,6 +37,27 @@ def junit_counts(path):
     return counts
 
 
+def mha_key(sh):
+    """One mha_fwd row's name, the same for attnjit and the torch peer."""
+    hkv = f"/{sh['h_kv']}" if sh.get("h_kv", sh["h"]) != sh["h"] else ""
+    dv = f"/{sh['dv']}" if sh.get("dv", sh["d"]) != sh["d"] else ""
+    return (f"b{sh['b']} s{sh['s_q']}x{sh['s_k']} h{sh['h']}{hkv} d{sh['d']}{dv}"
+            f"{' causal' if sh.get('causal') and sh['s_q'] > 1 else ''}")
+
+
+def mha_ratios(benchmarks):
+    """cuDNN time / attnjit time per mha_fwd row measured by both (> 1: attnjit faster)."""
+    ours = {mha_key(b["shape"]): b for b in benchmarks if b.get("op") == "mha_fwd" and "median_us" in b}
+    rows = []
+    for b in benchmarks:
+        if b.get("op") == "mha_fwd_torch" and b.get("impl") == "cudnn" and "us" in b:
+            key = mha_key(b["shape"])
+            if key in ours:
+                rows.append({"row": key, "attnjit_us": ours[key]["median_us"], "cudnn_us": b["us"],
+                             "ratio": b["us"] / ours[key]["median_us"]})
+    return rows
+
+
 def main():
     out = sys.argv[1]
     build_failed = "--build-failed" in sys.argv
@@ -91,6 +112,19 @@ def main():
                       f"{b['median_us']:8.1f} us {b['gbps']:7.0f} GB/s {b['tflops']:6.1f} TFLOP/s")
             else:
                 print(f"torch[{b.get('impl')}] {json.dumps(sh, separators=(',', ':'))}: {b.get('error')}")
+        elif b.get("op") == "mha_fwd":
+            sh = b["shape"]
+            if "median_us" in b:
+                print(f"mha_fwd {mha_key(sh):<40} n{b['config']['block_n']} splits {b['num_splits']:>2}: "
+                      f"{b['median_us']:9.1f} us {b['tflops']:6.1f} TFLOP/s  rel_l2 {b['check']['rel_l2']:.1e}")
+            else:
+                print(f"mha_fwd {mha_key(sh)}: {b.get('error', 'no timing')}")
+        elif b.get("op") == "mha_fwd_torch":
+            sh = b.get("shape", {})
+            if "us" in b:
+                print(f"torch[{b.get('impl')}] {mha_key(sh):<40} {b['us']:9.1f} us {b['tflops']:6.1f} TFLOP/s")
+            else:
+                print(f"torch[{b.get('impl')}] {json.dumps(sh, separators=(',', ':'))}: {b.get('error')}")
         elif b.get("op") == "cache_load":
             keys = {k: v for k, v in b.items() if k.endswith("_ms") or "ms" in k}
             print("cache_load:", json.dumps(keys, separators=(",", ":"))[:600])
@@ -99,6 +133,15 @@ def main():
             print(f"ceiling {b['kind']}: {val}")
         else:
             print(json.dumps(b))
+    ratios = mha_ratios(results["benchmarks"])
+    if ratios:
+        results["mha_fwd_vs_cudnn"] = ratios
+        with open(os.path.join(out, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+        print("mha_fwd vs SDPA cuDNN (same run; issue bar 0.85):")
+        for r in ratios:
+            print(f"  {r['row']:<40} attnjit {r['attnjit_us']:9.1f} us  cudnn {r['cudnn_us']:9.1f} us"
+                  f"  ratio {r['ratio']:.2f}{'' if r['ratio'] >= 0.85 else '  < 0.85'}")
     print("RESULT:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -170,9 +170,19 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
   c.ragged = ragged;
   c.kv_layout = kv_layout;
   c.page_size = kv_layout == KvLayout::kPaged ? page_size : 0;
-  // Largest power-of-two key tile whose O + S + P fragments fit the register budget;
-  // 2 stages of K and V (3 do not fit next to a 256-wide Q).
-  c.block_n = head_dim_v > 128 ? 64 : 128;
+  // Key tiles measured on an H100 (docs/bench-notes.md, 8k rows): the largest tile whose
+  // O + S + P fragments fit the registers wins while softmax per tile is the bottleneck
+  // (d64: 256 keys, +21% over 128; 240 under a mask); d128 peaks at 192; d256 at 64 (80 for causal-like
+  // masks). Paged KV needs a power of two. 2 stages: a third never paid (d64, d128).
+  const bool paged = kv_layout == KvLayout::kPaged;
+  if (head_dim_v == 64) {
+    // 256 spills under a mask's per-element key test; 240 does not (paged: 128).
+    c.block_n = mask == MaskKind::kNone ? 256 : (paged ? 128 : 240);
+  } else if (head_dim_v == 128) {
+    c.block_n = head_dim == 128 && !paged ? 192 : 128;
+  } else {
+    c.block_n = mask != MaskKind::kNone && !paged ? 80 : 64;
+  }
   c.stages = 2;
   return c;
 }
