@@ -177,6 +177,7 @@ bool bench_shape(const MhaShape& s, const BenchOptions& o, const driver::DeviceI
   MhaFwdConfig config =
       mha_fwd_default_config(s.dtype, s.d, s.dv, mask, false, KvLayout::kContiguous, 0);
   config.group = s.group;
+  const MhaFwdConfig heuristic = config;
   // --config overrides fields of the row's default config (e.g. {"block_n":176,"stages":3}).
   if (!o.config.empty()) {
     nlohmann::json merged = nlohmann::json::parse(config.to_json());
@@ -200,6 +201,9 @@ bool bench_shape(const MhaShape& s, const BenchOptions& o, const driver::DeviceI
     a.num_splits = s.splits;
     return a;
   };
+  // Without --config: what the runtime picks (the tuning database's tile for this bucket
+  // on this GPU, else the heuristic's), so that is what gets measured.
+  if (o.config.empty()) config = mha_fwd_selected_config(args_for(0), config);
   const int splits = mha_fwd_num_splits(args_for(0), config);
   const size_t ws_bytes = mha_fwd_workspace_bytes(int64_t{s.b} * s.s_q, s.h, s.dv, splits);
   Buffer workspace(ws_bytes);
@@ -254,6 +258,7 @@ bool bench_shape(const MhaShape& s, const BenchOptions& o, const driver::DeviceI
                 {"h_kv", s.h_kv}, {"d", s.d},            {"dv", s.dv},   {"causal", s.causal ? 1 : 0},
                 {"dtype", std::string(to_string(s.dtype))}, {"group", s.group}};
   j["config"] = nlohmann::json::parse(config.to_json());
+  j["config_source"] = !o.config.empty() ? "--config" : (config == heuristic ? "heuristic" : "tuning_db");
   j["num_splits"] = splits;
   j["check"] = {{"passed", check.passed},
                 {"rel_l2", check.rel_l2},

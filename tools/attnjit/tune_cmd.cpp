@@ -143,7 +143,7 @@ std::function<int()> add_tune_command(CLI::App& app) {
   auto o = std::make_shared<TuneOptions>();
   CLI::App* cmd = app.add_subcommand(
       "tune", "autotune an op: time its search space on the GPU, keep the fastest verified config");
-  cmd->add_option("--op", o->op, "op to tune (tma_copy, mla_decode)");
+  cmd->add_option("--op", o->op, "op to tune (tma_copy, mla_decode, mha_fwd)");
   cmd->add_option("--shape", o->shape, "one shape as k=v,... (docs/tuning.md lists the keys)");
   cmd->add_option("--shapes", o->shapes, "JSON list of shapes (objects or \"k=v,...\" strings)");
   cmd->add_flag("--bench-shapes", o->bench_shapes, "the op's benchmark shapes");

@@ -13,6 +13,7 @@
 #include "attnjit/tma.hpp"
 #include "driver/driver.hpp"
 #include "ops/mha_fwd/config.hpp"
+#include "ops/mha_fwd/mha_fwd_tuning.hpp"
 #include "ops/registry.hpp"
 
 namespace attnjit {
@@ -271,6 +272,13 @@ int heuristic_splits(const Shapes& s, const MhaFwdConfig& c, int sm_count) {
   return static_cast<int>(std::clamp<int64_t>(std::min({splits, kv_tiles / 4, by_grid}), 1, kMaxSplits));
 }
 
+// Calls with num_splits = 0: the tuning database's split count for these shapes when it
+// has one (mha_tuning::tuned_splits), else the heuristic's.
+int default_splits(const Shapes& s, const MhaFwdConfig& c, int sm_count) {
+  const int t = mha_tuning::tuned_splits(c, {s.b, s.max_s_q, s.max_s_k, s.h_q, s.h_kv});
+  return t > 0 ? t : heuristic_splits(s, c, sm_count);
+}
+
 void check_workspace(const MhaFwdArgs& a, const Shapes& s, const MhaFwdConfig& c, int splits) {
   const size_t need = mha_fwd_workspace_bytes(s.total_q, static_cast<int>(s.h_q), c.head_dim_v, splits);
   if (need == 0) return;
@@ -385,7 +393,7 @@ int mha_fwd_num_splits(const MhaFwdArgs& args, const MhaFwdConfig& config) {
   config.validate();
   const Shapes s = check_args(args, config);
   const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
-  return heuristic_splits(s, config, info.sm_count);
+  return default_splits(s, config, info.sm_count);
 }
 
 void mha_fwd_prepare(const MhaFwdConfig& config) {
@@ -437,7 +445,7 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
     fail_arg("q", fmt::format("lives on device {} but the current device is {}", a.q.device,
                               static_cast<int>(dev)));
   const driver::DeviceInfo& info = driver::cached_device_info(dev);
-  const int splits = a.num_splits > 0 ? a.num_splits : heuristic_splits(s, c, info.sm_count);
+  const int splits = a.num_splits > 0 ? a.num_splits : default_splits(s, c, info.sm_count);
   if (a.num_splits == 0) check_workspace(a, s, c, splits);
   if (s.b * splits > kMaxGridYZ)
     fail_arg("num_splits", fmt::format("b × num_splits = {} × {} exceeds the grid's {}", s.b, splits,
@@ -574,6 +582,7 @@ OpSpec mha_fwd_op_spec() {
     check_arch(arch, "mha_fwd");
     return mha_fwd_recipe(MhaFwdConfig::from_json(j.dump()), arch);
   };
+  op.tuning = mha_fwd_tuning_spec();
   return op;
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "attnjit/error.hpp"
+#include "attnjit/ops/mha_fwd.hpp"
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/tma_copy.hpp"
 #include "bench_util.hpp"
@@ -218,6 +219,118 @@ class MlaDecodeBench final : public Bench {
   std::unique_ptr<Buffer> table_, lens_, out_, workspace_;
 };
 
+// ---- mha_fwd: within rounding of the reference's output -----------------------------
+// Tile width, ring depth and split count change the summation order of the softmax and
+// P·V sums only: bf16 outputs of two correct tilings differ by rounding (~2^-8 relative per
+// element); a wrong tile is off by O(1).
+constexpr double kMhaMaxRelL2 = 1e-2;
+
+// Fills `buf` with a prime-period block of normal values: uploading one 2 MB block over and
+// over is fast for multi-GB KV, and a prime period never lines up with rows or heads.
+void fill_normal(const Buffer& buf, DType dtype, std::mt19937_64& gen) {
+  constexpr size_t kPeriod = 1'000'003;
+  const size_t n = buf.bytes / 2;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> block(std::min(n, kPeriod));
+  for (auto& v : block) v = to_bits(normal(gen), dtype);
+  for (size_t at = 0; at < n; at += block.size()) {
+    const size_t count = std::min(block.size(), n - at);
+    ATTNJIT_CU(cuMemcpyHtoD, buf.ptr + at * 2, block.data(), count * 2);
+  }
+}
+
+class MhaFwdBench final : public Bench {
+ public:
+  MhaFwdBench(const json& shape, const driver::DeviceInfo& dev)
+      : b_(shape.at("b").get<int64_t>()),
+        s_q_(shape.at("s_q").get<int64_t>()),
+        s_k_(shape.at("s_k").get<int64_t>()),
+        h_(shape.at("h").get<int64_t>()),
+        h_kv_(shape.at("h_kv").get<int64_t>()),
+        d_(shape.at("d").get<int64_t>()),
+        dv_(shape.at("dv").get<int64_t>()),
+        dtype_(*parse_dtype(shape.at("dtype").get<std::string>())) {
+    std::mt19937_64 gen(0x6D6861u);
+    const size_t q_bytes = static_cast<size_t>(b_ * s_q_ * h_ * d_) * 2;
+    const size_t k_bytes = static_cast<size_t>(b_ * s_k_ * h_kv_ * d_) * 2;
+    const size_t v_bytes = static_cast<size_t>(b_ * s_k_ * h_kv_ * dv_) * 2;
+    const int copies = copies_for(q_bytes + k_bytes + v_bytes, dev, 8);
+    for (int i = 0; i < copies; ++i) {
+      q_.emplace_back(q_bytes);
+      k_.emplace_back(k_bytes);
+      v_.emplace_back(v_bytes);
+      fill_normal(q_.back(), dtype_, gen);
+      fill_normal(k_.back(), dtype_, gen);
+      fill_normal(v_.back(), dtype_, gen);
+    }
+    out_ = std::make_unique<Buffer>(static_cast<size_t>(b_ * s_q_ * h_ * dv_) * 2);
+    lse_ = std::make_unique<Buffer>(static_cast<size_t>(h_ * b_ * s_q_) * 4);  // as the bench writes it
+  }
+
+  std::function<void(int)> prepare(const json& candidate) override {
+    json config = candidate;
+    const int wanted = config.value("num_splits", 0);
+    config.erase("num_splits");
+    const MhaFwdConfig c = MhaFwdConfig::from_json(config.dump());
+    mha_fwd_prepare(c);
+    const int splits = mha_fwd_num_splits(args_for(0, wanted), c);  // 0 → the heuristic's (no DB)
+    const size_t ws = mha_fwd_workspace_bytes(b_ * s_q_, static_cast<int>(h_), c.head_dim_v, splits);
+    if (ws > 0 && (!workspace_ || workspace_->bytes < ws)) {
+      workspace_.reset();
+      workspace_ = std::make_unique<Buffer>(ws);
+    }
+    void* ws_ptr = ws > 0 ? workspace_->data() : nullptr;
+    return [this, c, splits, ws, ws_ptr](int i) {
+      MhaFwdArgs a = args_for(static_cast<size_t>(i) % q_.size(), splits);
+      a.workspace = ws_ptr;
+      a.workspace_bytes = ws;
+      mha_fwd(a, c, nullptr);
+    };
+  }
+  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr, 0xFF, out_->bytes, nullptr); }
+  std::vector<uint8_t> output() override { return download(*out_); }
+  std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
+    const size_t n = ref.size() / 2;
+    double diff2 = 0, ref2 = 0;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t rb, gb;
+      std::memcpy(&rb, ref.data() + 2 * i, 2);
+      std::memcpy(&gb, got.data() + 2 * i, 2);
+      const double r = from_bits(rb, dtype_), g = from_bits(gb, dtype_);
+      if (!std::isfinite(r) || !std::isfinite(g)) {  // softmax rows of finite inputs are finite
+        ++nonfinite;
+        continue;
+      }
+      diff2 += (g - r) * (g - r);
+      ref2 += r * r;
+    }
+    const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    if (nonfinite == 0 && rel <= kMhaMaxRelL2) return {};
+    return fmt::format("output differs from the reference's: relative L2 error {:.3g} (limit {}), "
+                       "{} elements not finite",
+                       rel, kMhaMaxRelL2, nonfinite);
+  }
+
+ private:
+  MhaFwdArgs args_for(size_t set, int splits) const {
+    MhaFwdArgs a;
+    a.q = TensorView::contiguous(q_[set].data(), dtype_, {b_, s_q_, h_, d_});
+    a.k = TensorView::contiguous(k_[set].data(), dtype_, {b_, s_k_, h_kv_, d_});
+    a.v = TensorView::contiguous(v_[set].data(), dtype_, {b_, s_k_, h_kv_, dv_});
+    a.out = TensorView::contiguous(out_->data(), dtype_, {b_, s_q_, h_, dv_});
+    a.lse = TensorView::contiguous(lse_->data(), DType::kF32, {h_, b_ * s_q_});
+    a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_));  // as the bench
+    a.num_splits = splits;
+    return a;
+  }
+
+  int64_t b_, s_q_, s_k_, h_, h_kv_, d_, dv_;
+  DType dtype_;
+  std::vector<Buffer> q_, k_, v_;
+  std::unique_ptr<Buffer> out_, lse_, workspace_;
+};
+
 }  // namespace
 
 std::vector<Tunable> builtin_tunables() {
@@ -227,6 +340,9 @@ std::vector<Tunable> builtin_tunables() {
        }},
       {"mla_decode", [](const json& s, const driver::DeviceInfo& d) -> std::unique_ptr<Bench> {
          return std::make_unique<MlaDecodeBench>(s, d);
+       }},
+      {"mha_fwd", [](const json& s, const driver::DeviceInfo& d) -> std::unique_ptr<Bench> {
+         return std::make_unique<MhaFwdBench>(s, d);
        }},
   };
 }

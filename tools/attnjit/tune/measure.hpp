@@ -36,7 +36,7 @@ struct Tunable {
   std::function<std::unique_ptr<Bench>(const nlohmann::json& shape, const driver::DeviceInfo&)> make;
 };
 
-// tma_copy and mla_decode (their shapes: ops::TuningSpec::canonical_shape).
+// tma_copy, mla_decode and mha_fwd (their shapes: ops::TuningSpec::canonical_shape).
 std::vector<Tunable> builtin_tunables();
 
 }  // namespace attnjit::tune

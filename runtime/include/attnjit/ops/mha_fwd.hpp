@@ -94,8 +94,16 @@ struct MhaFwdArgs {
 MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, MaskKind mask,
                                     bool ragged, KvLayout kv_layout, int page_size);
 
-// The split count a call with `args` and `config` will use (forced, or the heuristic: a
-// function of batch, heads, the length bounds and the SM count only).
+// The config to call with for these shapes: `base` (e.g. mha_fwd_default_config plus the
+// call's group, sink, score mod) with the key tile and ring depth (block_n, stages) of the
+// tuning database's winner for the shapes' bucket on this GPU (attnjit/tuning.hpp,
+// docs/tuning.md) when it has one and it validates with base's features; else `base`.
+// Every other field of `base` is kept. Masks other than none and causal: `base`.
+MhaFwdConfig mha_fwd_selected_config(const MhaFwdArgs& args, MhaFwdConfig base);
+
+// The split count a call with `args` and `config` will use: args.num_splits when set, else
+// the tuning database's for the shapes' bucket when it has one (decode-like shapes), else
+// the heuristic's — a function of batch, heads, the length bounds and the SM count only.
 int mha_fwd_num_splits(const MhaFwdArgs& args, const MhaFwdConfig& config);
 
 // Workspace bytes for total_q query rows × h_q heads × dv split num_splits ways (0 unsplit).
