@@ -161,22 +161,24 @@ std::string MhaFwdConfig::describe() const {
 }
 
 MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, MaskKind mask,
-                                    bool ragged, KvLayout kv_layout, int page_size) {
+                                    bool ragged, KvLayout kv_layout, int page_size,
+                                    ScoreMod score_mod) {
   MhaFwdConfig c;
   c.dtype = dtype;
   c.head_dim = head_dim;
   c.head_dim_v = head_dim_v;
   c.mask = mask;
+  c.score_mod = score_mod;
   c.ragged = ragged;
   c.kv_layout = kv_layout;
   c.page_size = kv_layout == KvLayout::kPaged ? page_size : 0;
   // Key tiles measured on an H100 (docs/bench-notes.md, 8k rows): the largest tile whose
   // O + S + P fragments fit the registers wins while softmax per tile is the bottleneck
-  // (d64: 256 keys, +21% over 128; 240 under a mask); d128 peaks at 192; d256 at 64 (80 for causal-like
-  // masks). Paged KV needs a power of two. 2 stages: a third never paid (d64, d128).
+  // (d64: 256 keys, +21% over 128; 240 under a mask, whose per-key test spills at 256);
+  // d128 peaks at 192; d256 at 64 (80 for causal-like masks). Paged KV needs a power of
+  // two. 2 stages: a third never paid (d64, d128).
   const bool paged = kv_layout == KvLayout::kPaged;
   if (head_dim_v == 64) {
-    // 256 spills under a mask's per-element key test; 240 does not (paged: 128).
     c.block_n = mask == MaskKind::kNone ? 256 : (paged ? 128 : 240);
   } else if (head_dim_v == 128) {
     c.block_n = head_dim == 128 && !paged ? 192 : 128;

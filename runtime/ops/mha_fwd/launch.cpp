@@ -557,10 +557,8 @@ OpSpec mha_fwd_op_spec() {
     for (MaskKind m : {MaskKind::kWindow, MaskKind::kCausalWindow, MaskKind::kChunked})
       add(mha_fwd_default_config(DType::kBF16, 128, 128, m, true, KvLayout::kContiguous, 0));
     for (ScoreMod mod : {ScoreMod::kSoftcap, ScoreMod::kAlibi}) {
-      MhaFwdConfig c = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, true,
-                                              KvLayout::kContiguous, 0);
-      c.score_mod = mod;
-      add(c);
+      add(mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, true,
+                                 KvLayout::kContiguous, 0, mod));
     }
     MhaFwdConfig sink = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, true,
                                                KvLayout::kContiguous, 0);

@@ -90,9 +90,11 @@ struct MhaFwdArgs {
   size_t workspace_bytes = 0;
 };
 
-// The config the runtime picks for these shapes and features (before any tuning database).
+// The config the runtime picks for these shapes and features (before any tuning database);
+// score_mod is carried into it (a default argument keeps the common call short).
 MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, MaskKind mask,
-                                    bool ragged, KvLayout kv_layout, int page_size);
+                                    bool ragged, KvLayout kv_layout, int page_size,
+                                    ScoreMod score_mod = ScoreMod::kNone);
 
 // The config to call with for these shapes: `base` (e.g. mha_fwd_default_config plus the
 // call's group, sink, score mod) with the key tile and ring depth (block_n, stages) of the
