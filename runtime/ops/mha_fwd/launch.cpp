@@ -265,9 +265,10 @@ int heuristic_splits(const Shapes& s, const MhaFwdConfig& c, int sm_count) {
   const int64_t ctas = m_tiles(s, c) * heads_on_grid(s, c) * s.b;
   if (ctas == 0 || ctas >= sm_count) return 1;
   const int64_t kv_tiles = std::max<int64_t>(1, (s.max_s_k + c.block_n - 1) / c.block_n);
-  // Fill one wave, keeping ≥ 4 KV tiles per split so a partial's fixed costs (Q load,
-  // epilogue, combine traffic) stay small next to its work.
-  const int64_t splits = (sm_count + ctas - 1) / ctas;
+  // Fill one wave without starting a second (round down: see mla_decode's heuristic),
+  // keeping ≥ 4 KV tiles per split so a partial's fixed costs (Q load, epilogue, combine
+  // traffic) stay small next to its work.
+  const int64_t splits = sm_count / ctas;
   const int64_t by_grid = kMaxGridYZ / std::max<int64_t>(1, s.b);
   return static_cast<int>(std::clamp<int64_t>(std::min({splits, kv_tiles / 4, by_grid}), 1, kMaxSplits));
 }
