@@ -17,10 +17,12 @@ using nlohmann::json;
 
 namespace {
 
-tuning::Entry mha_entry(const std::string& bucket, const MhaFwdConfig& best, int splits) {
+tuning::Entry mha_entry(const std::string& bucket, const json& shape, const MhaFwdConfig& best,
+                        int splits) {
   tuning::Entry e;
   e.op = "mha_fwd";
   e.bucket = bucket;
+  e.shape = shape;  // the DB refuses an entry without its swept shape (as a corrupt file)
   e.best = json::parse(best.to_json());
   e.best["num_splits"] = splits;
   e.best_us = 1;
@@ -55,8 +57,14 @@ TEST_CASE("tune gpu: mha_fwd_selected_config and mha_fwd_num_splits use this GPU
   tuning::Db d;
   d.environments.push_back(
       {tuning::fingerprint_of(info),
-       {mha_entry("bf16 d=128 dv=128 causal=1 group=0 h=16 h_kv=16 s_q=2^13 s_k=2^13", prefill, 0),
-        mha_entry("bf16 d=128 dv=128 causal=1 group=8 h=16 h_kv=2 s_q=2^0 s_k=2^15 b=2^6", decode, 4)}});
+       {mha_entry("bf16 d=128 dv=128 causal=1 group=0 h=16 h_kv=16 s_q=2^13 s_k=2^13",
+                  {{"b", 4}, {"s_q", 8192}, {"s_k", 8192}, {"h", 16}, {"h_kv", 16}, {"d", 128},
+                   {"dv", 128}, {"causal", 1}, {"dtype", "bf16"}, {"group", 0}},
+                  prefill, 0),
+        mha_entry("bf16 d=128 dv=128 causal=1 group=8 h=16 h_kv=2 s_q=2^0 s_k=2^15 b=2^6",
+                  {{"b", 64}, {"s_q", 1}, {"s_k", 32768}, {"h", 16}, {"h_kv", 2}, {"d", 128},
+                   {"dv", 128}, {"causal", 1}, {"dtype", "bf16"}, {"group", 8}},
+                  decode, 4)}});
   tuning::save_merged(path, d);
   test::ScopedEnv env("ATTNJIT_TUNING_DB", path.c_str());
   reload_tuning_db();
