@@ -175,15 +175,15 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
   // Key tiles measured on an H100 (docs/bench-notes.md, 8k rows): the largest tile whose
   // O + S + P fragments fit the registers wins while softmax per tile is the bottleneck
   // (d64: 256 keys, +21% over 128; 240 under a mask, whose per-key test spills at 256);
-  // d128 peaks at 192; d256 at 64 (80 for causal-like masks). Paged KV needs a power of
-  // two. 2 stages: a third never paid (d64, d128).
+  // d128 peaks at 192; d256 at 80 (the per-row sweep picked 80 on every non-causal row,
+  // +3–10 % over 64). Paged KV needs a power of two. 2 stages: a third never paid.
   const bool paged = kv_layout == KvLayout::kPaged;
   if (head_dim_v == 64) {
     c.block_n = mask == MaskKind::kNone ? 256 : (paged ? 128 : 240);
   } else if (head_dim_v == 128) {
     c.block_n = head_dim == 128 && !paged ? 192 : 128;
   } else {
-    c.block_n = mask != MaskKind::kNone && !paged ? 80 : 64;
+    c.block_n = paged ? 64 : 80;
   }
   c.stages = 2;
   return c;
