@@ -220,6 +220,8 @@ Shapes check_args(const MhaFwdArgs& a, const MhaFwdConfig& c) {
   // heads
   if (s.h_q < 1 || s.h_kv < 1 || s.h_q % s.h_kv != 0)
     fail_arg("k", fmt::format("h_q = {} must be a positive multiple of h_kv = {} (GQA/MQA)", s.h_q, s.h_kv));
+  if (s.h_q > kMaxGridYZ)
+    fail_arg("q", fmt::format("h_q = {} exceeds the grid's {} heads", s.h_q, kMaxGridYZ));
   if (c.group > 0 && s.h_q != c.group * s.h_kv)
     fail_arg("q", fmt::format("the config packs group = {} query heads per KV head, but h_q / "
                               "h_kv = {} / {}",
