@@ -12,6 +12,7 @@
 #include "attnjit/runtime.hpp"
 #include "attnjit/tma.hpp"
 #include "driver/driver.hpp"
+#include "ops/launch_support.hpp"
 #include "ops/mha_fwd/config.hpp"
 #include "ops/mha_fwd/mha_fwd_tuning.hpp"
 #include "ops/registry.hpp"
@@ -71,13 +72,6 @@ struct CheckKey {
   int32_t ragged, paged, page_size;
 };
 
-Arch current_arch(const driver::DeviceInfo& info) { return Arch{info.cc_major, info.cc_minor, true}; }
-
-void check_arch(Arch arch, const char* what) {
-  if (!(arch == kSm90a))
-    fail_config(what, fmt::format("not built for {}: the wgmma kernel is sm_90a only", arch.name()));
-}
-
 const jit::Kernel& main_kernel(const MhaFwdConfig& c, Arch arch) {
   const MainKey key{static_cast<int32_t>(c.dtype), c.head_dim, c.head_dim_v, c.block_m, c.block_n,
                     c.stages, static_cast<int32_t>(c.swizzle), static_cast<int32_t>(c.mask),
@@ -85,7 +79,7 @@ const jit::Kernel& main_kernel(const MhaFwdConfig& c, Arch arch) {
                     c.page_size, c.group, c.sink};
   return jit::get_kernel(jit::make_key(ops::kMhaFwdOpId, arch, key), [&] {
     c.validate();
-    check_arch(arch, "mha_fwd");
+    ops::require_sm90a(arch, "mha_fwd");
     return ops::mha_fwd_recipe(c, arch);
   });
 }
@@ -97,7 +91,7 @@ ops::MhaCombineConfig combine_config(const MhaFwdConfig& c) {
 const jit::Kernel& combine_kernel(const ops::MhaCombineConfig& c, Arch arch) {
   const CombineKey key{static_cast<int32_t>(c.dtype), c.head_dim_v, c.ragged, c.sink};
   return jit::get_kernel(jit::make_key(ops::kMhaFwdCombineOpId, arch, key), [&] {
-    check_arch(arch, "mha_fwd_combine");
+    ops::require_sm90a(arch, "mha_fwd_combine");
     return ops::mha_combine_recipe(c, arch);
   });
 }
@@ -314,15 +308,9 @@ void device_check(const MhaFwdArgs& a, const MhaFwdConfig& c, const Shapes& s, A
     return r;
   });
   if (s.b == 0) return;
-  const driver::Api& api = driver::api();
-  CUdeviceptr flag = 0;
-  ATTNJIT_CU(cuMemAlloc, &flag, sizeof(unsigned long long));
-  unsigned long long found = ~0ull;
-  try {
-    ATTNJIT_CU(cuMemcpyHtoD, flag, &found, sizeof(found));
-    CheckArgs ca{a.q_offsets.data, a.k_offsets.data, a.kv_lens.data, a.block_table.data,
-                 reinterpret_cast<unsigned long long*>(flag), static_cast<int>(s.b),
-                 static_cast<int>(s.total_q), static_cast<int>(s.total_k),
+  const unsigned long long found = ops::run_device_check(stream, [&](unsigned long long* word) {
+    CheckArgs ca{a.q_offsets.data, a.k_offsets.data, a.kv_lens.data, a.block_table.data, word,
+                 static_cast<int>(s.b), static_cast<int>(s.total_q), static_cast<int>(s.total_k),
                  static_cast<int>(s.max_s_q), static_cast<int>(s.max_pages),
                  static_cast<int>(s.num_pages)};
     jit::LaunchShape shape;
@@ -330,22 +318,12 @@ void device_check(const MhaFwdArgs& a, const MhaFwdConfig& c, const Shapes& s, A
     shape.block[0] = 128;
     void* args[] = {&ca};
     k.launch(shape, stream, args);
-    ATTNJIT_CU(cuStreamSynchronize, stream);
-    ATTNJIT_CU(cuMemcpyDtoH, &found, flag, sizeof(found));
-  } catch (...) {
-    api.cuMemFree(flag);
-    throw;
-  }
-  api.cuMemFree(flag);
+  });
   if (found == ~0ull) return;
   const int b = static_cast<int>(found >> 32);
   const int kind = static_cast<int>((found >> 24) & 0xff);
   const int slot = static_cast<int>(found & 0xffffff);
-  auto read_i32 = [](const TensorView& t, int64_t index) {
-    int v = 0;
-    ATTNJIT_CU(cuMemcpyDtoH, &v, reinterpret_cast<CUdeviceptr>(t.data) + 4 * static_cast<size_t>(index), 4);
-    return v;
-  };
+  auto read_i32 = [](const TensorView& t, int64_t index) { return ops::read_device_i32(t.data, index); };
   switch (kind) {
     case 1:
       fail_arg("q_offsets", fmt::format("ATTNJIT_CHECK: sequence {} spans q_offsets[{}] = {} .. "
@@ -402,7 +380,7 @@ int mha_fwd_num_splits(const MhaFwdArgs& args, const MhaFwdConfig& config) {
 void mha_fwd_prepare(const MhaFwdConfig& config) {
   config.validate();
   const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
-  const Arch arch = current_arch(info);
+  const Arch arch = ops::device_arch(info);
   main_kernel(config, arch).prepare_current_device();
   combine_kernel(combine_config(config), arch).prepare_current_device();
 }
@@ -453,7 +431,7 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
   if (s.b * splits > kMaxGridYZ)
     fail_arg("num_splits", fmt::format("b × num_splits = {} × {} exceeds the grid's {}", s.b, splits,
                                        kMaxGridYZ));
-  const Arch arch = current_arch(info);
+  const Arch arch = ops::device_arch(info);
   const jit::Kernel& main = main_kernel(c, arch);
   const jit::Kernel* combine = splits > 1 ? &combine_kernel(combine_config(c), arch) : nullptr;
   if (check_mode()) device_check(a, c, s, arch, stream);
@@ -580,7 +558,7 @@ OpSpec mha_fwd_op_spec() {
     return nlohmann::json::parse(MhaFwdConfig::from_json(j.dump()).to_json());
   };
   op.recipe = [](const nlohmann::json& j, Arch arch) {
-    check_arch(arch, "mha_fwd");
+    ops::require_sm90a(arch, "mha_fwd");
     return mha_fwd_recipe(MhaFwdConfig::from_json(j.dump()), arch);
   };
   op.tuning = mha_fwd_tuning_spec();
@@ -612,7 +590,7 @@ OpSpec mha_fwd_combine_op_spec() {
     return nlohmann::json::parse(MhaCombineConfig::from_json(j).to_json());
   };
   op.recipe = [](const nlohmann::json& j, Arch arch) {
-    check_arch(arch, "mha_fwd_combine");
+    ops::require_sm90a(arch, "mha_fwd_combine");
     return mha_combine_recipe(MhaCombineConfig::from_json(j), arch);
   };
   return op;

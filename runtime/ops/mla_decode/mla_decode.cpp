@@ -15,6 +15,7 @@
 #include "driver/driver.hpp"
 #include "ops/config_json.hpp"
 #include "ops/mla_decode/mla_decode_tuning.hpp"
+#include "ops/launch_support.hpp"
 #include "ops/registry.hpp"
 #include "ops/template_args.hpp"
 
@@ -67,10 +68,6 @@ struct CombineArgs {
   int num_splits;
 };
 
-void check_arch(Arch arch, const char* what) {
-  if (!(arch == kSm90a))
-    fail_config(what, fmt::format("not built for {}: the wgmma kernel is sm_90a only", arch.name()));
-}
 
 jit::KernelRecipe main_recipe(const MlaDecodeConfig& c, Arch arch) {
   jit::KernelRecipe r;
@@ -133,14 +130,13 @@ jit::KernelRecipe check_recipe(int page_size, Arch arch) {
   return r;
 }
 
-Arch current_arch(const driver::DeviceInfo& info) { return Arch{info.cc_major, info.cc_minor, true}; }
 
 const jit::Kernel& main_kernel(const MlaDecodeConfig& c, Arch arch) {
   const MainKey key{static_cast<int32_t>(c.dtype), c.num_heads, c.max_q_len, c.page_size,
                     c.block_m, c.block_n, c.stages, static_cast<int32_t>(c.swizzle)};
   return jit::get_kernel(jit::make_key(ops::kMlaDecodeOpId, arch, key), [&] {
     c.validate();
-    check_arch(arch, "mla_decode");
+    ops::require_sm90a(arch, "mla_decode");
     return main_recipe(c, arch);
   });
 }
@@ -148,7 +144,7 @@ const jit::Kernel& main_kernel(const MlaDecodeConfig& c, Arch arch) {
 const jit::Kernel& combine_kernel(DType dtype, int num_heads, Arch arch) {
   const CombineKey key{static_cast<int32_t>(dtype), num_heads};
   return jit::get_kernel(jit::make_key(ops::kMlaDecodeCombineOpId, arch, key), [&] {
-    check_arch(arch, "mla_decode_combine");
+    ops::require_sm90a(arch, "mla_decode_combine");
     return combine_recipe(dtype, num_heads, arch);
   });
 }
@@ -160,43 +156,24 @@ void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, int64_t b, i
   const jit::Kernel& k = jit::get_kernel(
       jit::make_key(ops::kMlaDecodeCheckOpId, arch, CheckKey{c.page_size}),
       [&] { return check_recipe(c.page_size, arch); });
-  const driver::Api& api = driver::api();
-  CUdeviceptr flag = 0;
-  ATTNJIT_CU(cuMemAlloc, &flag, sizeof(unsigned long long));
-  unsigned long long found = ~0ull;
-  try {
-    ATTNJIT_CU(cuMemcpyHtoD, flag, &found, sizeof(found));
-    CheckArgs ca{a.block_table.data, a.cache_lens.data,
-                 reinterpret_cast<unsigned long long*>(flag), static_cast<int>(max_pages),
+  const unsigned long long found = ops::run_device_check(stream, [&](unsigned long long* word) {
+    CheckArgs ca{a.block_table.data, a.cache_lens.data, word, static_cast<int>(max_pages),
                  static_cast<int>(num_pages)};
     jit::LaunchShape shape;
     shape.grid[0] = static_cast<unsigned>(b);
     shape.block[0] = 128;
     void* args[] = {&ca};
     k.launch(shape, stream, args);
-    ATTNJIT_CU(cuStreamSynchronize, stream);
-    ATTNJIT_CU(cuMemcpyDtoH, &found, flag, sizeof(found));
-  } catch (...) {
-    api.cuMemFree(flag);
-    throw;
-  }
-  api.cuMemFree(flag);
+  });
   if (found == ~0ull) return;
   const int batch = static_cast<int>(found >> 32);
   const int slot = static_cast<int>(found & 0xffffffffu) - 1;
-  int len = 0;
-  ATTNJIT_CU(cuMemcpyDtoH, &len,
-             reinterpret_cast<CUdeviceptr>(a.cache_lens.data) + sizeof(int) * static_cast<size_t>(batch),
-             sizeof(int));
+  const int len = ops::read_device_i32(a.cache_lens.data, batch);
   if (slot < 0)
     fail_arg("cache_lens", fmt::format("ATTNJIT_CHECK: cache_lens[{}] = {} is outside 0..{} "
                                        "(max_pages × page_size)",
                                        batch, len, max_pages * c.page_size));
-  int page = 0;
-  ATTNJIT_CU(cuMemcpyDtoH, &page,
-             reinterpret_cast<CUdeviceptr>(a.block_table.data) +
-                 sizeof(int) * static_cast<size_t>(batch * max_pages + slot),
-             sizeof(int));
+  const int page = ops::read_device_i32(a.block_table.data, batch * max_pages + slot);
   fail_arg("block_table", fmt::format("ATTNJIT_CHECK: block_table[{}][{}] = {} is not a page "
                                       "(0..{}), and cache_lens[{}] = {} makes it visible",
                                       batch, slot, page, num_pages - 1, batch, len));
@@ -429,7 +406,7 @@ int mla_decode_num_splits(const MlaDecodeArgs& args) {
 void mla_decode_prepare(const MlaDecodeConfig& config) {
   config.validate();
   const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
-  const Arch arch = current_arch(info);
+  const Arch arch = ops::device_arch(info);
   main_kernel(config, arch).prepare_current_device();
   combine_kernel(config.dtype, config.num_heads, arch).prepare_current_device();
 }
@@ -469,7 +446,7 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   const driver::DeviceInfo& info = driver::cached_device_info(dev);
   const int splits = a.num_splits > 0 ? a.num_splits : default_splits(s, c.dtype, a.max_len_hint, info.sm_count);
   if (a.num_splits == 0) check_workspace(a, s, splits);
-  const Arch arch = current_arch(info);
+  const Arch arch = ops::device_arch(info);
   const jit::Kernel& main = main_kernel(c, arch);
   const jit::Kernel* combine = splits > 1 ? &combine_kernel(c.dtype, c.num_heads, arch) : nullptr;
 
@@ -544,7 +521,7 @@ OpSpec mla_decode_op_spec() {
     return nlohmann::json::parse(MlaDecodeConfig::from_json(j.dump()).to_json());
   };
   op.recipe = [](const nlohmann::json& j, Arch arch) {
-    check_arch(arch, "mla_decode");
+    ops::require_sm90a(arch, "mla_decode");
     return main_recipe(MlaDecodeConfig::from_json(j.dump()), arch);
   };
   return op;
@@ -583,7 +560,7 @@ OpSpec mla_decode_combine_op_spec() {
     return nlohmann::json{{"dtype", std::string(to_string(d))}, {"num_heads", h}};
   };
   op.recipe = [parse](const nlohmann::json& j, Arch arch) {
-    check_arch(arch, "mla_decode_combine");
+    ops::require_sm90a(arch, "mla_decode_combine");
     auto [d, h] = parse(j);
     return combine_recipe(d, h, arch);
   };
