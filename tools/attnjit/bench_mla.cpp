@@ -31,16 +31,6 @@ namespace attnjit::cli {
 
 namespace {
 
-uint16_t to_bits(float x, DType dtype) {
-  if (dtype == DType::kF16) return std::bit_cast<uint16_t>(static_cast<_Float16>(x));
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  u += 0x7FFF + ((u >> 16) & 1);  // bf16, round to nearest even (inputs are finite)
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bits(uint16_t b, DType dtype) {
-  if (dtype == DType::kF16) return static_cast<float>(std::bit_cast<_Float16>(b));
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
 
 struct MlaShape {
   int b = 128, q_len = 1, h = 128, s_k = 4096, page = 64;

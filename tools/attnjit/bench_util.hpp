@@ -4,9 +4,12 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
+#include "attnjit/types.hpp"
 #include "driver/driver.hpp"
 
 namespace attnjit::cli {
@@ -22,6 +25,19 @@ struct Buffer {
   Buffer(Buffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = 0; }
   void* data() const { return reinterpret_cast<void*>(ptr); }
 };
+
+// bf16 / f16 bits of a float (round to nearest even; inputs are finite) and back: how
+// the benches build inputs the float64 references see exactly.
+inline uint16_t to_bits(float x, DType dtype) {
+  if (dtype == DType::kF16) return std::bit_cast<uint16_t>(static_cast<_Float16>(x));
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float from_bits(uint16_t b, DType dtype) {
+  if (dtype == DType::kF16) return static_cast<float>(std::bit_cast<_Float16>(b));
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 // Median milliseconds of `iters` event-timed calls of fn(i), after `warmup` calls.
 template <class Fn>

@@ -21,6 +21,8 @@ namespace {
 
 using nlohmann::json;
 using cli::Buffer;
+using cli::from_bits;
+using cli::to_bits;
 
 // Input copies so that consecutive calls never find their data in L2 (4 × L2 in all),
 // bounded so small shapes do not allocate hundreds of copies.
@@ -91,16 +93,6 @@ class TmaCopyBench final : public Bench {
 };
 
 // ---- mla_decode: within rounding of the reference's output ---------------------------
-uint16_t to_bits(float x, DType dtype) {
-  if (dtype == DType::kF16) return std::bit_cast<uint16_t>(static_cast<_Float16>(x));
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  u += 0x7FFF + ((u >> 16) & 1);  // bf16, round to nearest even (inputs are finite)
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bits(uint16_t b, DType dtype) {
-  if (dtype == DType::kF16) return static_cast<float>(std::bit_cast<_Float16>(b));
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
 
 // Split count and tile size change the summation order, so outputs differ by rounding
 // (bf16: ~2^-9 relative per element); a wrong kernel is off by O(1).
