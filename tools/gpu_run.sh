@@ -56,7 +56,8 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   # mla_decode: the shapes (each checked against the float64 reference first),
   # then the PyTorch peer and the machine's ceilings in the same call.
   BENCH_TIMEOUT=300 bench mla_decode
-  BENCH_TIMEOUT=300 bench mla_decode --config '{"block_n":32,"stages":4}'
+  # The other schedule (softmax warpgroup + two P·V warpgroups), same shapes, same call.
+  BENCH_TIMEOUT=300 bench mla_decode --config '{"schedule":"softmax_wg"}'
   timeout -s KILL 300 python3 tools/bench_mla_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_mla_torch.py failed"; status=1; }
   # mha_fwd: the rows (each checked against the float64 reference first), then
   # PyTorch SDPA with the cuDNN and flash backends in the same call.

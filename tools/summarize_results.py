@@ -98,7 +98,7 @@ def main():
             sh = b["shape"]
             cfg = b.get("config", {})
             name = (f"b{sh['b']} q{sh['q_len']} h{sh['h']} s_k{sh['s_k']}"
-                    f"{' varlen' if sh.get('varlen') else ''} n{cfg.get('block_n')}x{cfg.get('stages')}")
+                    f"{' varlen' if sh.get('varlen') else ''} {cfg.get('schedule', '')} n{cfg.get('block_n')}x{cfg.get('stages')}")
             if "median_us" in b:
                 print(f"mla_decode {name:<34} splits {b['num_splits']:>3}: {b['median_us']:8.1f} us "
                       f"{b['gbps']:7.0f} GB/s ({100 * b['ratio_to_copy']:4.0f}% of copy) "

@@ -34,18 +34,6 @@
 
 namespace attnjit::mla_decode {
 
-// Compile-time shape; mirrors MlaDecodeConfig (runtime/include/attnjit/ops/mla_decode.hpp).
-struct Params {
-  DType dtype;      // bf16 / f16
-  int num_heads;    // h
-  int max_q_len;    // > 1 compiles the causal mask
-  int page_size;    // tokens per page
-  int block_m;      // 64 query rows per CTA
-  int block_n;      // 64 keys per tile
-  int stages;       // KV ring depth
-  Swizzle swizzle;  // 128B
-};
-
 template <Params P>
 struct Traits {
   static constexpr int kThreads = 3 * kWarpgroupThreads;
@@ -102,49 +90,12 @@ struct SharedStorage {
 template <Params P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 
-struct Args {
-  const int* block_table;  // [b, max_pages]
-  const int* cache_lens;   // [b]
-  void* out;               // [b, q_len, h, 512] contiguous
-  float* lse;              // [b, h, q_len] or null
-  float* part_out;         // [b, splits, q_len·h, 512] f32 (splits > 1)
-  float* part_lse;         // [b, splits, q_len·h]
-  int q_len;
-  int max_pages;
-  int num_splits;
-  float scale_log2;        // softmax_scale · log2(e)
-};
-
-template <Params P>
-struct Tile {
-  int batch, split, row0;  // row0: first packed row of this CTA's tile within the sequence
-  int len;                 // L, clamped to the table's capacity
-  int tile_begin, tile_end;
-};
-
-template <Params P>
-ATTNJIT_DEVICE Tile<P> locate(const Args& a) {
-  Tile<P> t;
-  t.batch = static_cast<int>(blockIdx.z);
-  t.split = static_cast<int>(blockIdx.y);
-  t.row0 = static_cast<int>(blockIdx.x) * P.block_m;
-  int len = a.cache_lens[t.batch];
-  const int capacity = a.max_pages * P.page_size;  // never index past the table row
-  len = len < 0 ? 0 : (len > capacity ? capacity : len);
-  t.len = len;
-  const int tiles = ceil_div(len, P.block_n);
-  const int per_split = ceil_div(tiles, a.num_splits);
-  t.tile_begin = min(tiles, t.split * per_split);
-  t.tile_end = min(tiles, t.tile_begin + per_split);
-  return t;
-}
-
 // ---- TMA issue (one thread) -------------------------------------------------------------
 
 // Q rows of this tile: rows [batch·q_len·h + row0, +64) of q viewed as [b·q_len·h, 576].
 template <Params P>
 ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args& a,
-                           const Tile<P>& t) {
+                           const Tile& t) {
   using T = Traits<P>;
   const int q_row = t.batch * a.q_len * P.num_heads + t.row0;
   mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
@@ -208,69 +159,17 @@ struct RowState {
   float l[2];  // running sum of exp2 (this thread's columns; reduced at the end)
 };
 
-// The epilogue of a PV warpgroup. Takes its coordinates from blockIdx again rather than
-// keeping them live across the tile loop (registers are at the cap there).
-template <Params P>
-ATTNJIT_DEVICE void write_output(const SharedStorage<P>& s, float (&o)[Traits<P>::kHalfCols / 2],
-                                 int half, const Args& a) {
-  using T = Traits<P>;
-  struct {
-    int batch, split, row0;
-  } t{static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y),
-      static_cast<int>(blockIdx.x) * P.block_m};
-  const int tid = thread_in_warpgroup();
-  const int rows_b = a.q_len * P.num_heads;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = wgmma_acc_coord(tid, 2 * r).row;
-    const int gr = t.row0 + row;  // packed row = q_idx·h + head
-    if (gr >= rows_b) continue;
-    const float l = s.row_sum[row], m = s.row_max[row];
-    const bool empty = !(l > 0.0f);
-    const float inv = empty ? 0.0f : 1.0f / l;
-    const float lse = empty ? neg_inf() : (m + __log2f(l)) * 0.69314718056f;
-    if (a.num_splits == 1) {
-      u8* out = static_cast<u8*>(a.out) +
-                ((static_cast<i64>(t.batch) * rows_b + gr) * kValueDim + half * T::kHalfCols) * T::kElem;
-#pragma unroll
-      for (int i = 2 * r; i < T::kHalfCols / 2; i += 4) {
-        const int col = wgmma_acc_coord(tid, i).col;
-        const float x0 = o[i] * inv, x1 = o[i + 1] * inv;
-        *reinterpret_cast<u32*>(out + col * T::kElem) = pack2<P.dtype>(x0, x1);
-      }
-      if (a.lse != nullptr && half == 0 && tid % 4 == 0) {
-        const int q_idx = gr / P.num_heads, head = gr % P.num_heads;
-        a.lse[(static_cast<i64>(t.batch) * P.num_heads + head) * a.q_len + q_idx] = lse;
-      }
-    } else {
-      const i64 prow = (static_cast<i64>(t.batch) * a.num_splits + t.split) * rows_b + gr;
-      float* out = a.part_out + prow * kValueDim + half * T::kHalfCols;
-#pragma unroll
-      for (int i = 2 * r; i < T::kHalfCols / 2; i += 4) {
-        const int col = wgmma_acc_coord(tid, i).col;
-        *reinterpret_cast<float2*>(out + col) = make_float2(o[i] * inv, o[i + 1] * inv);
-      }
-      if (half == 0 && tid % 4 == 0) a.part_lse[prow] = lse;
-    }
-  }
-}
-
 // WG1: S = Q·Kᵀ, mask, online softmax; P and the row scales to shared memory.
 template <Params P>
 ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
-                                      const Tile<P>& t) {
+                                      const Tile& t) {
   using T = Traits<P>;
   const int tid = thread_in_warpgroup();
   float sc[P.block_n / 2];  // S, then P: [64 × block_n] accumulator fragment
   RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
   // Last key each of this thread's two rows sees (causal: L - q_len + q_idx).
   int limit[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int gr = t.row0 + wgmma_acc_coord(tid, 2 * r).row;
-    const int causal_limit = t.len - a.q_len + gr / P.num_heads;
-    limit[r] = T::kCausal && causal_limit < t.len - 1 ? causal_limit : t.len - 1;
-  }
+  row_limits<P>(t, a.q_len, limit);
 
   if (t.tile_begin < t.tile_end) mbarrier_wait(&s.q_full, 0);
   const u32 q_addr = smem_u32(s.q);
@@ -399,7 +298,10 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tile_be
     if (tile + 1 < tile_end) named_barrier_arrive(Bar::kPFree, T::kConsumerThreads);
   }
   named_barrier_sync(Bar::kStats, T::kConsumerThreads);
-  write_output<P>(s, o, half, a);
+  const int r0 = wgmma_acc_coord(tid, 0).row, r1 = wgmma_acc_coord(tid, 2).row;
+  const float m[2] = {s.row_max[r0], s.row_max[r1]};
+  const float l[2] = {s.row_sum[r0], s.row_sum[r1]};
+  store_output<P>(o, half, a, m, l);
 }
 
 // ---- entry -----------------------------------------------------------------------------
@@ -425,7 +327,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  const Tile<P> t = locate<P>(args);
+  const Tile t = locate<P>(args);
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {  // Q and the first stages
     load_q<P>(s, q_map, args, t);
     for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)

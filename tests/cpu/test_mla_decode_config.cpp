@@ -68,8 +68,22 @@ TEST_CASE("mla_decode config validation names the field", "[config][mla_decode]"
     REQUIRE_ERROR(with([&](auto& c) { c.block_n = n; }).validate(), ErrorKind::kUnsupportedConfig,
                   "'block_n'");
   for (int s : {0, 3})  // a third 72 KiB KV stage does not fit in shared memory
-    REQUIRE_ERROR(with([&](auto& c) { c.stages = s; }).validate(), ErrorKind::kUnsupportedConfig,
-                  "'stages'");
+    REQUIRE_ERROR(with([&](auto& c) {
+                    c.schedule = MlaSchedule::kSoftmaxWarpgroup;
+                    c.stages = s;
+                  }).validate(),
+                  ErrorKind::kUnsupportedConfig, "'stages'");
+  // seesaw runs 64-key tiles in exactly two buffers; softmax_wg takes the 32-key ring.
+  REQUIRE_ERROR(with([](auto& c) {
+                  c.block_n = 32;
+                  c.stages = 4;
+                }).validate(),
+                ErrorKind::kUnsupportedConfig, "'schedule'", "softmax_wg");
+  CHECK_NOTHROW(with([](auto& c) {
+                  c.schedule = MlaSchedule::kSoftmaxWarpgroup;
+                  c.block_n = 32;
+                  c.stages = 4;
+                }).validate());
   REQUIRE_ERROR(with([](auto& c) { c.swizzle = Swizzle::kNone; }).validate(),
                 ErrorKind::kUnsupportedConfig, "'swizzle'");
 }
@@ -81,10 +95,13 @@ TEST_CASE("mla_decode config JSON round-trips and rejects unknown or mistyped fi
   c.num_heads = 32;
   c.max_q_len = 8;
   c.page_size = 128;
+  c.schedule = MlaSchedule::kSoftmaxWarpgroup;
   const std::string json = c.to_json();
   INFO(json);
   CHECK(json.find("\"num_heads\":32") != std::string::npos);
   CHECK(json.find("\"dtype\":\"f16\"") != std::string::npos);
+  CHECK(json.find("\"schedule\":\"softmax_wg\"") != std::string::npos);
+  CHECK(MlaDecodeConfig::from_json(R"({"schedule":"seesaw"})").schedule == MlaSchedule::kSeesaw);
   CHECK(json.find(' ') == std::string::npos);  // canonical: no spaces
   CHECK(MlaDecodeConfig::from_json(json) == c);
   CHECK(MlaDecodeConfig::from_json(json).to_json() == json);
@@ -109,6 +126,8 @@ TEST_CASE("mla_decode config JSON round-trips and rejects unknown or mistyped fi
                 "'dtype'");
   REQUIRE_ERROR(MlaDecodeConfig::from_json(R"({"swizzle":"16B"})"), ErrorKind::kUnsupportedConfig,
                 "'swizzle'");
+  REQUIRE_ERROR(MlaDecodeConfig::from_json(R"({"schedule":"pingpong"})"),
+                ErrorKind::kUnsupportedConfig, "'schedule'", "seesaw, softmax_wg");
   REQUIRE_ERROR(MlaDecodeConfig::from_json("[1,2]"), ErrorKind::kUnsupportedConfig, "JSON object");
   REQUIRE_ERROR(MlaDecodeConfig::from_json("{"), ErrorKind::kUnsupportedConfig, "invalid JSON");
 }

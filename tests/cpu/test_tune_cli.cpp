@@ -51,7 +51,8 @@ TEST_CASE("tune cli: --list-space lists candidates and pruned ones without a GPU
   REQUIRE(j.is_array());
   REQUIRE(j.size() == 1);
   CHECK(j[0]["bucket"] == "bf16 h=64 q_len=1 page=64 b=2^3 s_k=2^8");
-  CHECK(j[0]["candidates"].size() == 16);  // 4 tile/stage configs × splits 0, 1, 2, 4
+  // 5 schedule/tile/stage configs (seesaw 64×2; softmax_wg 64×2, 32×2..4) × splits 0, 1, 2, 4
+  CHECK(j[0]["candidates"].size() == 20);
   CHECK(j[0]["candidates"][0] == j[0]["default"]);
   CHECK(j[0]["pruned"].size() > 0);
 

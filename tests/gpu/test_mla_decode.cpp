@@ -653,10 +653,35 @@ TEST_CASE("mla_decode replays from a CUDA graph with new lengths and values",
   api.cuStreamDestroy(stream);
 }
 
+TEST_CASE("mla_decode with the softmax-warpgroup schedule", "[gpu][mla_decode]") {
+  if (!test::gpu_or_skip()) return;
+  // The other schedule (one softmax warpgroup feeding two P·V warpgroups) over the edges of
+  // the default test: every head count and q_len, empty, L < q_len, partial pages, splits.
+  std::vector<MlaCase> cases;
+  std::vector<MlaDecodeConfig> configs;
+  for (int h : {16, 32, 64, 128})
+    for (int q_len : {1, 2, 8}) {
+      MlaCase c;
+      c.heads = h;
+      c.q_len = q_len;
+      c.lens = {0, 1, q_len > 1 ? q_len - 1 : 2, 64, 130, rand_in(300, 1000)};
+      cases.push_back(c);
+      MlaDecodeConfig cfg = config_for(c);
+      cfg.schedule = MlaSchedule::kSoftmaxWarpgroup;
+      configs.push_back(cfg);
+    }
+  prepare_all(configs);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    check_case(cases[i], 0, 0, &configs[i]);
+    check_case(cases[i], 3, 0, &configs[i]);
+  }
+}
+
 TEST_CASE("mla_decode with 32-key tiles and a 4-stage ring", "[gpu][mla_decode]") {
   if (!test::gpu_or_skip()) return;
-  // The other tile shape the config space allows: half the keys per tile, twice the stages
-  // in the same shared memory. Same edges: empty, L < q_len, partial tiles and pages.
+  // The other tile shape the config space allows (softmax_wg schedule): half the keys per
+  // tile, twice the stages in the same shared memory. Same edges: empty, L < q_len,
+  // partial tiles and pages.
   for (int h : {16, 128})
     for (int q_len : {1, 2, 8})
       for (int page : {16, 64}) {
@@ -666,6 +691,7 @@ TEST_CASE("mla_decode with 32-key tiles and a 4-stage ring", "[gpu][mla_decode]"
         c.page_size = page;
         c.lens = {0, 1, q_len > 1 ? q_len - 1 : 2, 31, 33, 64, rand_in(300, 2000)};
         MlaDecodeConfig cfg = config_for(c);
+        cfg.schedule = MlaSchedule::kSoftmaxWarpgroup;
         cfg.block_n = 32;
         cfg.stages = 4;
         check_case(c, 0, 0, &cfg);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -22,25 +23,32 @@
 namespace attnjit {
 namespace {
 
-constexpr int kThreads = 384;         // 3 warpgroups: softmax + two P·V halves
+constexpr std::array<std::string_view, 2> kScheduleNames = {"seesaw", "softmax_wg"};
+
 constexpr int kCombineThreads = 128;  // 4 output columns per thread
 constexpr int kMaxSplits = 256;
 constexpr int kMaxSmemPerBlock = 232448;
 
-// Mirrors SharedStorage<P> in kernel_templates/mla_decode/sm90_mla_decode.cuh (the kernel
-// traps if launched with less): Q + stages × K tile + P, row stats, barriers, realignment.
+// 384 threads (softmax + two P·V warpgroups) or 256 (the two seesaw warpgroups).
+int threads_of(const MlaDecodeConfig& c) { return c.schedule == MlaSchedule::kSeesaw ? 256 : 384; }
+
+// Mirrors SharedStorage<P> of the schedule's kernel (kernel_templates/mla_decode/
+// sm90_mla_decode{,_seesaw}.cuh; the kernel traps if launched with less): Q + stages × K
+// tile + P, row stats, barriers, realignment.
 unsigned smem_bytes(const MlaDecodeConfig& c) {
   const int q_tile = c.block_m * kMlaHeadDim * dtype_bytes(c.dtype);   // 72 KiB
   const int kv_tile = c.block_n * kMlaHeadDim * dtype_bytes(c.dtype);  // 72 KiB at 64 keys
   const int p_tile = c.block_m * c.block_n * dtype_bytes(c.dtype);     // 8 KiB at 64 keys
-  const int stats = 3 * c.block_m * 4;
-  const int barriers = (1 + c.stages) * 8;
+  const bool seesaw = c.schedule == MlaSchedule::kSeesaw;
+  // seesaw: row_max, scale_even, scale_odd, 2 × row_sum; q_full + lo/hi per buffer.
+  const int stats = (seesaw ? 5 : 3) * c.block_m * 4;
+  const int barriers = (seesaw ? 1 + 2 * c.stages : 1 + c.stages) * 8;
   const int body = q_tile + kv_tile * c.stages + p_tile + stats + barriers;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 
 struct MainKey {
-  int32_t dtype, num_heads, max_q_len, page_size, block_m, block_n, stages, swizzle;
+  int32_t dtype, num_heads, max_q_len, page_size, block_m, block_n, stages, swizzle, schedule;
 };
 struct CombineKey {
   int32_t dtype, num_heads;
@@ -71,9 +79,10 @@ struct CombineArgs {
 
 jit::KernelRecipe main_recipe(const MlaDecodeConfig& c, Arch arch) {
   jit::KernelRecipe r;
+  const bool seesaw = c.schedule == MlaSchedule::kSeesaw;
   r.source.op = "mla_decode";
-  r.source.header = "mla_decode/sm90_mla_decode.cuh";
-  r.source.kernel = "attnjit::mla_decode::kernel";
+  r.source.header = seesaw ? "mla_decode/sm90_mla_decode_seesaw.cuh" : "mla_decode/sm90_mla_decode.cuh";
+  r.source.kernel = seesaw ? "attnjit::mla_decode::seesaw::kernel" : "attnjit::mla_decode::kernel";
   r.source.params_type = "attnjit::mla_decode::Params";
   r.source.args = {
       {"dtype", ops::cxx_enum(c.dtype)},
@@ -133,7 +142,8 @@ jit::KernelRecipe check_recipe(int page_size, Arch arch) {
 
 const jit::Kernel& main_kernel(const MlaDecodeConfig& c, Arch arch) {
   const MainKey key{static_cast<int32_t>(c.dtype), c.num_heads, c.max_q_len, c.page_size,
-                    c.block_m, c.block_n, c.stages, static_cast<int32_t>(c.swizzle)};
+                    c.block_m, c.block_n, c.stages, static_cast<int32_t>(c.swizzle),
+                    static_cast<int32_t>(c.schedule)};
   return jit::get_kernel(jit::make_key(ops::kMlaDecodeOpId, arch, key), [&] {
     c.validate();
     ops::require_sm90a(arch, "mla_decode");
@@ -334,6 +344,10 @@ void MlaDecodeConfig::validate() const {
   if (stages < 2 || stages > 4) bad("stages", fmt::format("must be 2..4, got {}", stages));
   if (swizzle != Swizzle::k128B)
     bad("swizzle", fmt::format("must be 128B (the Q/K/V tile layout), got {}", to_string(swizzle)));
+  if (schedule == MlaSchedule::kSeesaw && (block_n != 64 || stages != 2))
+    bad("schedule", fmt::format("seesaw runs 64-key tiles in 2 buffers (block_n 64, stages 2), "
+                                "got block_n {} and stages {}; softmax_wg takes other tiles",
+                                block_n, stages));
   if (static_cast<int>(smem_bytes(*this)) > kMaxSmemPerBlock)
     bad("stages", fmt::format("needs {} B of shared memory, over {}", smem_bytes(*this),
                               kMaxSmemPerBlock));
@@ -349,6 +363,7 @@ std::string MlaDecodeConfig::to_json() const {
   j["block_n"] = block_n;
   j["stages"] = stages;
   j["swizzle"] = std::string(to_string(swizzle));
+  j["schedule"] = std::string(to_string(schedule));
   return j.dump();
 }
 
@@ -365,15 +380,20 @@ MlaDecodeConfig MlaDecodeConfig::from_json(std::string_view text) {
   c.block_n = r.get_int("block_n", d.block_n);
   c.stages = r.get_int("stages", d.stages);
   c.swizzle = r.get_swizzle("swizzle", d.swizzle);
+  c.schedule = static_cast<MlaSchedule>(r.get_choice("schedule", kScheduleNames,
+                                                     static_cast<int>(d.schedule)));
   r.finish();
   c.validate();
   return c;
 }
 
 std::string MlaDecodeConfig::describe() const {
-  return fmt::format("{} h{} q<={} page{} {}x{} s{} {}", to_string(dtype), num_heads, max_q_len,
-                     page_size, block_m, block_n, stages, to_string(swizzle));
+  return fmt::format("{} h{} q<={} page{} {}x{} s{} {} {}", to_string(dtype), num_heads,
+                     max_q_len, page_size, block_m, block_n, stages, to_string(swizzle),
+                     to_string(schedule));
 }
+
+std::string_view to_string(MlaSchedule s) { return kScheduleNames[static_cast<size_t>(s)]; }
 
 MlaDecodeConfig mla_decode_default_config(DType dtype, int num_heads, int q_len, int page_size) {
   MlaDecodeConfig c;
@@ -470,7 +490,7 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
   shape.grid[1] = static_cast<unsigned>(splits);
   shape.grid[2] = static_cast<unsigned>(s.b);
-  shape.block[0] = kThreads;
+  shape.block[0] = static_cast<unsigned>(threads_of(c));
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&kv_map), &ka};
   main.launch(shape, stream, main_args);
@@ -504,6 +524,8 @@ OpSpec mla_decode_op_spec() {
       {"stages", "2..4, Q + stages × tile within 227 KiB (64 keys: 2; 32 keys: 4)", "2",
        "KV tile ring depth"},
       {"swizzle", "128B", "\"128B\"", "Q/K/V smem layout"},
+      {"schedule", "seesaw (block_n 64, stages 2), softmax_wg", "\"seesaw\"",
+       "warpgroup roles: two taking turns, or softmax + two P·V"},
   };
   op.archs = {kSm90a};
   op.tuning = mla_decode_tuning_spec();

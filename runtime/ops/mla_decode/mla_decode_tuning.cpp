@@ -73,20 +73,22 @@ json candidate_json(const MlaDecodeConfig& c, int num_splits) {
   return j;
 }
 
-// block_n 32 | 64 × stages 2..4 (MlaDecodeConfig::validate drops rings that do not fit:
-// 64-key tiles allow 2 stages only) × split counts 0 (the heuristic's) and 1..64 in powers
-// of two.
+// schedule × block_n 32 | 64 × stages 2..4 (MlaDecodeConfig::validate drops what does not
+// fit: 64-key tiles allow 2 stages only, seesaw runs 64 keys in 2 buffers only) × split
+// counts 0 (the heuristic's) and 1..64 in powers of two.
 std::vector<json> search_space(const json& shape) {
   std::vector<json> out;
   const MlaDecodeConfig base = default_config_of(shape);
-  for (int block_n : {32, 64})
-    for (int stages : {2, 3, 4})
-      for (int splits : {0, 1, 2, 4, 8, 16, 32, 64}) {
-        MlaDecodeConfig c = base;
-        c.block_n = block_n;
-        c.stages = stages;
-        out.push_back(candidate_json(c, splits));
-      }
+  for (MlaSchedule schedule : {MlaSchedule::kSeesaw, MlaSchedule::kSoftmaxWarpgroup})
+    for (int block_n : {32, 64})
+      for (int stages : {2, 3, 4})
+        for (int splits : {0, 1, 2, 4, 8, 16, 32, 64}) {
+          MlaDecodeConfig c = base;
+          c.schedule = schedule;
+          c.block_n = block_n;
+          c.stages = stages;
+          out.push_back(candidate_json(c, splits));
+        }
   return out;
 }
 

@@ -30,6 +30,15 @@ namespace attnjit {
 inline constexpr int kMlaHeadDim = 576;   // latent 512 + rope 64
 inline constexpr int kMlaValueDim = 512;  // V = the first 512 dims of a cache row
 
+// How a CTA's warpgroups share the work of a KV tile (both sm90a, both compile-time):
+//   seesaw      2 warpgroups × 255 registers, each holding half of O[64 × 512]; they take
+//               turns computing S and softmax for alternate tiles and exchange P through
+//               shared memory (FlashMLA's schedule). 64-key tiles, 2 buffers.
+//   softmax_wg  3 warpgroups × 168 registers: one computes S and softmax for every tile,
+//               two do P·V for half of O each. Any block_n / stages that fit.
+enum class MlaSchedule : uint8_t { kSeesaw, kSoftmaxWarpgroup };
+std::string_view to_string(MlaSchedule s);
+
 // Compile-time shape of the kernel (template arguments). Run-time values — q_len up to
 // max_q_len, lengths, the split count, the softmax scale — are kernel parameters.
 struct MlaDecodeConfig {
@@ -42,6 +51,7 @@ struct MlaDecodeConfig {
   int stages = 2;                    // KV tile ring depth: 2..4 while Q + stages × tile fits
                                      // (64 keys: 2 × 72 KiB; 32 keys: up to 4 × 36 KiB)
   Swizzle swizzle = Swizzle::k128B;  // smem layout of Q/K/V tiles: 128B
+  MlaSchedule schedule = MlaSchedule::kSeesaw;  // seesaw needs block_n 64 and stages 2
 
   void validate() const;  // throws Error(kUnsupportedConfig) naming the field
   std::string to_json() const;

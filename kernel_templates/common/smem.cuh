@@ -1,0 +1,42 @@
+#pragma once
+// Shared-memory stores and loads by 32-bit shared address. A kernel that realigns its
+// dynamic shared memory through integer arithmetic loses the pointer's address space, and
+// the compiler then keeps 64-bit generic addresses — for an unrolled fragment store, one
+// register pair per element, hoisted out of the loop and spilled. These take the address
+// as a u32 (smem_u32 of the base plus an offset) and emit st.shared / ld.shared directly.
+#include "common/arch.cuh"
+
+namespace attnjit {
+
+ATTNJIT_DEVICE void st_shared_u32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+ATTNJIT_DEVICE void st_shared_f32(u32 addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+
+ATTNJIT_DEVICE void st_shared_zero16(u32 addr) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+}
+
+ATTNJIT_DEVICE void st_shared_f32x2(u32 addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
+ATTNJIT_DEVICE uint4 ld_shared_16(u32 addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+ATTNJIT_DEVICE float ld_shared_f32(u32 addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+}  // namespace attnjit

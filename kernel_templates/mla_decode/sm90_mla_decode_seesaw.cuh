@@ -1,0 +1,725 @@
+#pragma once
+// sm90_mla_decode_seesaw: absorbed-MLA decode over a paged latent cache on Hopper, with two
+// warpgroups that take turns (FlashMLA's "seesaw" schedule).
+//
+// One CTA = one tile of 64 query rows (q_len × heads packed, row = t·h + head) of one
+// sequence, over one split of its KV tiles, which it walks in pairs (even tile, odd tile).
+// 256 threads = two warpgroups; each owns half of O[64 × 512] (128 f32 accumulators per
+// thread) and both keep a 255-register budget (at 384 threads ptxas would cap every thread
+// at 168):
+//   even (WG0)  O[:, 0:256):   S_even = Q·K_evenᵀ, softmax of it, P_even·V_even[:, 0:256),
+//                              then P_odd (from WG1, via smem)·V_odd[:, 0:256)
+//   odd  (WG1)  O[:, 256:512): S_odd = Q·K_oddᵀ, softmax of it, P_odd·V_odd[:, 256:512),
+//                              then P_even (from WG0, via smem)·V_even[:, 256:512)
+// Each warpgroup computes S for one tile in two, so S (576 of every 1088 FLOPs) is split
+// evenly, and while one warpgroup does softmax the other keeps the tensor cores busy. The
+// running row max lives in shared memory: the odd tile's softmax starts from the even
+// tile's max, and each P that crosses to the other warpgroup is scaled to the pair's final
+// max first (P_even by exp2(m_even - m_odd)).
+//
+// Shared memory (224 KiB at 64 keys): Q (72 KiB), two KV tile buffers (even, odd; 72 KiB
+// each), P_even (8 KiB). P_odd takes the place of Q's rope chunk, which both warpgroups
+// copy into registers first (their S uses it as a register A operand). Each KV buffer has
+// two TMA barriers: its "lo" half (chunks 0..3 = V columns 0..255, read by WG0's P·V) and
+// its "hi" half (chunks 4..8 = V columns 256..511 and the rope, read by WG1's P·V), so each
+// warpgroup refills the half it frees as soon as its own P·V is done.
+#include "common/arch.cuh"
+#include "common/fence.cuh"
+#include "common/mbarrier.cuh"
+#include "common/named_barrier.cuh"
+#include "common/smem.cuh"
+#include "common/tma.cuh"
+#include "common/types.cuh"
+#include "common/warpgroup.cuh"
+#include "common/wgmma.cuh"
+#include "mla_decode/common.cuh"
+
+namespace attnjit::mla_decode::seesaw {
+
+template <Params P>
+struct Traits {
+  static constexpr int kThreads = 2 * kWarpgroupThreads;
+  static constexpr int kElem = dtype_bytes(P.dtype);
+  static constexpr int kBoxCols = 128 / kElem;              // one 128B-swizzle span
+  static constexpr int kChunks = kHeadDim / kBoxCols;       // 9 column boxes per row
+  static constexpr int kLoChunks = kChunks / 2;             // 0..3: V columns [0, 256)
+  static constexpr int kRopeChunk = kChunks - 1;            // 8: the 64 rope dims
+  static constexpr int kChunkBytes = P.block_n * 128;       // K tile chunk: [64 keys][128 B]
+  static constexpr int kTileBytes = kChunks * kChunkBytes;  // 72 KiB
+  static constexpr int kQChunkBytes = P.block_m * 128;      // Q chunk: [64 rows][128 B]
+  static constexpr int kQBytes = kChunks * kQChunkBytes;    // 72 KiB
+  static constexpr int kPBytes = P.block_m * P.block_n * kElem;  // P [64 × 64]: 8 KiB
+  static constexpr int kPageRows = P.page_size < P.block_n ? P.page_size : P.block_n;
+  static constexpr int kPiecesPerTile = P.block_n / kPageRows;  // pages per KV tile
+  static constexpr int kHalfCols = kValueDim / 2;               // O columns per warpgroup
+  static constexpr int kAcc = kHalfCols / 2;                    // O accumulators per thread
+  static constexpr int kSAcc = P.block_n / 2;                   // S accumulators per thread
+  static constexpr int kStageBytes = P.block_m * (kValueDim * 4 + 32);  // f32 output staging
+
+  static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/cache are bf16 or f16");
+  static_assert(P.block_m == 64, "one wgmma M (64) of query rows");
+  static_assert(P.block_n == 64, "64-key tiles: P is one 128B swizzle span per row");
+  static_assert(P.stages == 2, "two KV buffers, the even and the odd tile of a pair");
+  static_assert(P.swizzle == Swizzle::k128B, "tiles are 128B-swizzled");
+  static_assert(kPBytes == kQChunkBytes, "P_odd takes the place of Q's rope chunk");
+  static_assert(kStageBytes <= 2 * kTileBytes, "the output staging tile fits the KV buffers");
+  static_assert(kLoChunks * kBoxCols == kHalfCols, "the lo half of a tile is WG0's V columns");
+  static_assert(P.num_heads % 16 == 0 && P.num_heads >= 16 && P.num_heads <= 128, "h");
+  static_assert(P.max_q_len >= 1 && P.max_q_len <= 8, "q_len bound 1..8");
+  static_assert(P.page_size >= 16 && P.page_size <= 256 &&
+                    (P.page_size & (P.page_size - 1)) == 0,
+                "page size is a power of two in 16..256");
+};
+
+// Named barriers (id 0 is __syncthreads). "A → B": A arrives, B waits; once per pair each.
+enum class Bar : u32 {
+  kEvenMax = 1,     // WG0 → WG1: row_max and scale_even of the even tile are written
+  kOddMax = 2,      // WG1 → WG0: row_max and scale_odd of the odd tile are written (and
+                    // WG1's reads of the previous p_even retired)
+  kPEvenReady = 3,  // WG0 → WG1: P_even (scaled to the pair's max) is in smem
+  kPOddReady = 4,   // WG1 → WG0: P_odd is in smem
+  kRowSums = 5,     // both: partial row sums written for the epilogue
+  kWg0Local = 6,    // inside one warpgroup: zeroed V rows visible before its wgmma
+  kWg1Local = 7,
+  kOutStaged = 8,   // both: normalized O is in the staging tile
+};
+inline constexpr u32 kBothWarpgroups = 2 * kWarpgroupThreads;
+
+template <Params P>
+struct SharedStorage {
+  // After the tile loop the KV buffers hold the output staging tile (write_output).
+  using T = Traits<P>;
+  alignas(1024) u8 q[T::kQBytes];         // Q [64 rows][576] as 9 chunks; chunk 8 → P_odd
+  alignas(1024) u8 kv[2][T::kTileBytes];  // K [64 keys][576] as 9 chunks; V = chunks 0..7
+  alignas(1024) u8 p_even[T::kPBytes];    // P_even [64 rows][64 keys], K-major, 128B swizzle
+  float row_max[P.block_m];               // running m (log2 units) after the latest tile
+  float scale_even[P.block_m];            // exp2(m_before - m_even) of the current pair
+  float scale_odd[P.block_m];             // exp2(m_even - m_odd) of the current pair
+  float row_sum[2][P.block_m];            // each warpgroup's l at the end
+  MBarrier q_full;
+  MBarrier kv_lo_full[2];  // chunks 0..3 of buffer b landed (WG0 refills them)
+  MBarrier kv_hi_full[2];  // chunks 4..8 of buffer b landed (WG1 refills them)
+};
+
+template <Params P>
+inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
+
+// Byte offsets of the operands from the (1024-aligned) storage base: the roles keep one
+// base address in a register instead of one per region (registers are at the 255 cap).
+// NVRTC has no offsetof; the kernel checks these against the struct once (layout_ok).
+template <Params P>
+struct Offsets {
+  using T = Traits<P>;
+  static constexpr u32 kQ = 0;
+  static constexpr u32 kKv0 = kQ + T::kQBytes;       // 72 KiB: 1024-aligned already
+  static constexpr u32 kKv1 = kKv0 + T::kTileBytes;
+  static constexpr u32 kPEven = kKv1 + T::kTileBytes;
+  static constexpr u32 kPOdd = kQ + T::kRopeChunk * T::kQChunkBytes;  // Q's rope chunk
+  static constexpr u32 kRowMax = kPEven + T::kPBytes;
+  static constexpr u32 kScaleEven = kRowMax + 4 * P.block_m;
+  static constexpr u32 kScaleOdd = kScaleEven + 4 * P.block_m;
+};
+
+template <Params P>
+ATTNJIT_DEVICE bool layout_ok(const SharedStorage<P>& s) {
+  using O = Offsets<P>;
+  const u32 base = smem_u32(&s);
+  return smem_u32(s.q) - base == O::kQ && smem_u32(s.kv[0]) - base == O::kKv0 &&
+         smem_u32(s.kv[1]) - base == O::kKv1 && smem_u32(s.p_even) - base == O::kPEven &&
+         smem_u32(s.row_max) - base == O::kRowMax &&
+         smem_u32(s.scale_even) - base == O::kScaleEven &&
+         smem_u32(s.scale_odd) - base == O::kScaleOdd;
+}
+
+template <Params P>
+using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;  // Q (and P): K-major, 64 rows
+template <Params P>
+using KTile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;  // K: K-major, 64 key rows
+template <Params P>
+using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, 64 key rows
+
+// ---- TMA issue (one thread) -------------------------------------------------------------
+
+template <Params P>
+ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args& a,
+                           const Tile& t) {
+  using T = Traits<P>;
+  const int q_row = t.batch * a.q_len * P.num_heads + t.row0;
+  mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
+  for (int c = 0; c < T::kChunks; ++c)
+    tma_load_2d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kBoxCols, q_row);
+}
+
+// Chunks [kC0, kC1) of KV tile `tile` into buffer `buf`, page by page from the block table.
+template <Params P, int kC0, int kC1>
+ATTNJIT_DEVICE void load_kv_part(SharedStorage<P>& s, MBarrier* bar, const TmaDesc& kv_map,
+                                 const Args& a, int tile, int buf) {
+  using T = Traits<P>;
+  const int* table = a.block_table + static_cast<i64>(blockIdx.z) * a.max_pages;
+  mbarrier_arrive_expect_tx(bar, (kC1 - kC0) * T::kChunkBytes);
+#pragma unroll
+  for (int piece = 0; piece < T::kPiecesPerTile; ++piece) {
+    const int token = tile * P.block_n + piece * T::kPageRows;
+    const int slot = token / P.page_size;
+    // A slot past the table (capacity not a multiple of 64) loads a fully out-of-bounds
+    // box: zeros, and the byte count still completes the barrier.
+    const int page = slot < a.max_pages ? table[slot] : -1;
+    const int row = page * P.page_size + token % P.page_size;
+#pragma unroll
+    for (int c = kC0; c < kC1; ++c)
+      tma_load_2d(kv_map, bar, s.kv[buf] + c * T::kChunkBytes + piece * T::kPageRows * 128,
+                  c * T::kBoxCols, row, CacheHint::kEvictFirst);
+  }
+}
+
+template <Params P>
+ATTNJIT_DEVICE void load_kv_lo(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
+                               int tile, int buf) {
+  load_kv_part<P, 0, Traits<P>::kLoChunks>(s, &s.kv_lo_full[buf], kv_map, a, tile, buf);
+}
+template <Params P>
+ATTNJIT_DEVICE void load_kv_hi(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
+                               int tile, int buf) {
+  using T = Traits<P>;
+  load_kv_part<P, T::kLoChunks, T::kChunks>(s, &s.kv_hi_full[buf], kv_map, a, tile, buf);
+}
+
+// ---- GEMMs ------------------------------------------------------------------------------
+
+// Hides a value from the optimizer (no instruction): descriptors computed from it stay
+// next to their wgmma instead of being hoisted out of the loop into (spilled) registers.
+ATTNJIT_DEVICE void opaque(u32& x) { asm volatile("" : "+r"(x)); }
+
+// Issues S[64 × 64] (+)= Q · K[buf]ᵀ over chunks [kC0, kC1) (4 k16 steps each); Q's rope
+// chunk comes from registers (q_rope[k-step]: RS A fragments), the others from smem. The
+// first k-step of the whole S (kFirst, chunk kC0) overwrites. Not committed here.
+template <Params P, int kC0, int kC1, bool kFirst>
+ATTNJIT_DEVICE void issue_qk(float (&sc)[Traits<P>::kSAcc], u32 q_addr, u32 k_addr,
+                             const u32 (&q_rope)[4][4]) {
+  using T = Traits<P>;
+  // The 36 descriptors are loop-invariant: without this opaque copy the compiler hoists
+  // all of them (72 × 64-bit) out of the tile loop and spills them.
+  opaque(q_addr);
+  opaque(k_addr);
+#pragma unroll
+  for (int c = kC0; c < kC1; ++c) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const u32 k_byte = static_cast<u32>(c * 128 + kk * 32);
+      const bool accumulate = !(kFirst && c == kC0 && kk == 0);
+      if (c == T::kRopeChunk)
+        wgmma_rs<P.dtype, P.block_n>(sc, q_rope[kk], KTile<P>::desc(k_addr, k_byte), accumulate);
+      else
+        wgmma_ss<P.dtype, P.block_n>(sc, QTile<P>::desc(q_addr, k_byte),
+                                     KTile<P>::desc(k_addr, k_byte), accumulate);
+    }
+  }
+}
+
+// O[:, half] += P · V[buf][:, half] with P from registers (this warpgroup's own tile).
+template <Params P>
+ATTNJIT_DEVICE void issue_pv_local(float (&o)[Traits<P>::kAcc], const u32 (&p)[4][4], u32 v_addr,
+                                   int half) {
+  using T = Traits<P>;
+  const u32 col_byte = static_cast<u32>(half * T::kHalfCols * T::kElem);
+  opaque(v_addr);
+#pragma unroll
+  for (int ks = 0; ks < P.block_n / 16; ++ks)
+    wgmma_rs<P.dtype, T::kHalfCols, WgmmaMajor::kMN>(o, p[ks], VTile<P>::desc(v_addr, ks * 16, col_byte),
+                                                     true);
+}
+
+// O[:, half] += P · V[buf][:, half] with P from shared memory (the other warpgroup's tile).
+template <Params P>
+ATTNJIT_DEVICE void issue_pv_remote(float (&o)[Traits<P>::kAcc], u32 p_addr, u32 v_addr, int half) {
+  using T = Traits<P>;
+  const u32 col_byte = static_cast<u32>(half * T::kHalfCols * T::kElem);
+  opaque(p_addr);
+  opaque(v_addr);
+#pragma unroll
+  for (int ks = 0; ks < P.block_n / 16; ++ks)
+    wgmma_ss<P.dtype, T::kHalfCols, WgmmaMajor::kK, WgmmaMajor::kMN>(
+        o, QTile<P>::desc(p_addr, ks * 32), VTile<P>::desc(v_addr, ks * 16, col_byte), true);
+}
+
+// ---- softmax pieces ---------------------------------------------------------------------
+
+// Raw scores → masked (by replacement: a NaN score of a stale key must not survive) raw
+// scores and the row max of the tile, reduced over the 4 lanes of a row.
+template <Params P>
+ATTNJIT_DEVICE void mask_and_max(float (&sc)[Traits<P>::kSAcc], bool masked, int key0,
+                                 const int (&limit)[2], float (&tile_max)[2]) {
+  const int tid = thread_in_warpgroup();
+  tile_max[0] = tile_max[1] = neg_inf();
+#pragma unroll
+  for (int i = 0; i < Traits<P>::kSAcc; ++i) {
+    const int r = (i / 2) % 2;
+    float x = sc[i];
+    if (masked) x = key0 + wgmma_acc_coord(tid, i).col <= limit[r] ? x : neg_inf();
+    sc[i] = x;
+    tile_max[r] = fmaxf(tile_max[r], x);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+  }
+}
+
+// Raw scores → P = exp2(s·c − m) in place (one FFMA + one MUFU each; max taken on raw
+// scores, c = scale·log2 e > 0); returns this thread's part of the row sums. A row whose
+// m is still -inf has seen no key: its p are exp2(−inf) = 0.
+template <Params P>
+ATTNJIT_DEVICE void exponentiate(float (&sc)[Traits<P>::kSAcc], const float (&m)[2],
+                                 float scale_log2, float (&sum)[2]) {
+  float neg_m[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    neg_m[r] = m[r] == neg_inf() ? 0.0f : -m[r];
+    sum[r] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < Traits<P>::kSAcc; ++i) {
+    const int r = (i / 2) % 2;
+    const float p = exp2f(fmaf(sc[i], scale_log2, neg_m[r]));
+    sc[i] = p;
+    sum[r] += p;
+  }
+}
+
+// exp2(m_old − m_new), 1 while a row has seen no key (never inf − inf).
+ATTNJIT_DEVICE float rescale_factor(float m_old, float m_new) {
+  return m_new == neg_inf() ? 1.0f : exp2f(m_old - m_new);
+}
+
+template <Params P>
+ATTNJIT_DEVICE void scale_rows(float (&o)[Traits<P>::kAcc], const float (&f)[2]) {
+#pragma unroll
+  for (int i = 0; i < Traits<P>::kAcc; ++i) o[i] *= f[(i / 2) % 2];
+}
+
+// P (f32 accumulators, times f per row) → RS A fragments, one per k16 step.
+template <Params P>
+ATTNJIT_DEVICE void to_a_fragments(const float (&sc)[Traits<P>::kSAcc], u32 (&frag)[4][4]) {
+#pragma unroll
+  for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, frag[ks]);
+}
+
+// P · f (per row) → a [64 × 64] K-major 128B-swizzled smem tile (the wgmma A layout),
+// then fenced for the async proxy that reads it.
+template <Params P>
+ATTNJIT_DEVICE void store_p(const float (&sc)[Traits<P>::kSAcc], const float (&f)[2], u32 tile) {
+  using T = Traits<P>;
+  // 16 swizzled addresses per thread, loop-invariant: computed here from opaque values
+  // rather than hoisted out of the tile loop (and spilled).
+  u32 tid = static_cast<u32>(thread_in_warpgroup());
+  opaque(tile);
+  opaque(tid);
+#pragma unroll
+  for (int i = 0; i < T::kSAcc; i += 2) {
+    const WgmmaCoord c = wgmma_acc_coord(static_cast<int>(tid), i);
+    const float g = f[(i / 2) % 2];
+    st_shared_u32(tile + QTile<P>::byte_offset(c.row, c.col * T::kElem),
+                  pack2<P.dtype>(sc[i] * g, sc[i + 1] * g));
+  }
+  fence_proxy_async_smem();
+}
+
+// Zeroes key rows [first, 64) of this warpgroup's 4 V chunks of a KV tile (stale rows may
+// hold NaN, and P = 0 does not cancel NaN), then syncs the warpgroup so that every warp's
+// zeros are visible to its wgmma. Only the last tile of a sequence can be partial.
+template <Params P>
+ATTNJIT_DEVICE void zero_v_rows(u32 tile, int first, int half) {
+  using T = Traits<P>;
+  const int rows = P.block_n - first;
+  const u32 base = tile + static_cast<u32>(half * T::kLoChunks * T::kChunkBytes);
+  for (int i = thread_in_warpgroup(); i < rows * T::kLoChunks * 8; i += kWarpgroupThreads) {
+    const int unit = i % 8, row = first + (i / 8) % rows, chunk = i / (8 * rows);
+    st_shared_zero16(base + static_cast<u32>(chunk * T::kChunkBytes + row * 128 + unit * 16));
+  }
+  fence_proxy_async_smem();
+  named_barrier_sync(half == 0 ? Bar::kWg0Local : Bar::kWg1Local, kWarpgroupThreads);
+}
+
+// What both roles know about the CTA's work (kept small: registers are at the cap).
+struct Walk {
+  Tile tile;      // sequence, split, first row, length, KV tile range
+  int q_len;
+  int min_limit;  // tiles whose keys are all <= this need no mask (cta_min_limit)
+  u32 base;       // shared address of SharedStorage (Offsets<P> from here)
+};
+
+// Masks a tile that needs it (the row limits are recomputed there: boundary tiles only)
+// and returns the row max of its raw scores.
+template <Params P>
+ATTNJIT_DEVICE void tile_row_max(float (&sc)[Traits<P>::kSAcc], const Walk& w, int tile,
+                                 float (&tile_max)[2]) {
+  const int key0 = tile * P.block_n;
+  int limit[2];
+  row_limits<P>(w.tile, w.q_len, limit);
+  mask_and_max<P>(sc, key0 + P.block_n - 1 > w.min_limit, key0, limit, tile_max);
+}
+
+// ---- the two roles ----------------------------------------------------------------------
+
+// WG0: even tiles' S and softmax, O[:, 0:256). On entry S of the first even tile is done.
+template <Params P>
+ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
+                              const Walk& w, float (&o)[Traits<P>::kAcc], float (&l)[2],
+                              const u32 (&q_rope)[4][4]) {
+  using T = Traits<P>;
+  using O = Offsets<P>;
+  const int tid = thread_in_warpgroup();
+  const int row[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
+  const int tile_end = w.tile.tile_end, len = w.tile.len;
+  float sc[T::kSAcc];  // S_even, then P_even: [64 × 64] accumulator fragment
+  u32 pf[4][4];        // P_even as RS A fragments (k16 steps × 4 registers)
+
+  // S of the pair's even tile (chunks 0..3 first: their half is refilled first).
+  auto s_even = [&](int pair) {
+    const u32 phase = static_cast<u32>(pair) & 1u;
+    mbarrier_wait(&s.kv_lo_full[0], phase);
+    wgmma_fence();
+    issue_qk<P, 0, T::kLoChunks, true>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope);
+    wgmma_commit();
+    return phase;
+  };
+  s_even(0);
+  mbarrier_wait(&s.kv_hi_full[0], 0);
+  wgmma_fence();
+  issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operands(sc);
+
+  for (int even = w.tile.tile_begin, pair = 0; even < tile_end; even += 2, ++pair) {
+    const int odd = even + 1;
+    const bool has_odd = odd < tile_end;
+    const int key0 = even * P.block_n;
+
+    // 1. Softmax of the even tile against the running max; O scaled to the new max.
+    float tile_max[2], m_new[2], scale[2], sum[2];
+    tile_row_max<P>(sc, w, even, tile_max);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_old = ld_shared_f32(w.base + O::kRowMax + 4 * row[r]);
+      m_new[r] = fmaxf(m_old, tile_max[r] * a.scale_log2);
+      scale[r] = rescale_factor(m_old, m_new[r]);
+    }
+    __syncwarp();  // the 4 lanes of a row have read row_max before one of them writes it
+    if (tid % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        st_shared_f32(w.base + O::kRowMax + 4 * row[r], m_new[r]);
+        st_shared_f32(w.base + O::kScaleEven + 4 * row[r], scale[r]);
+      }
+    }
+    named_barrier_arrive(Bar::kEvenMax, kBothWarpgroups);
+    exponentiate<P>(sc, m_new, a.scale_log2, sum);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * scale[r] + sum[r];
+    scale_rows<P>(o, scale);
+
+    // 2. O += P_even · V_even[:, 0:256) from registers.
+    to_a_fragments<P>(sc, pf);
+    if (len - key0 < P.block_n) zero_v_rows<P>(w.base + O::kKv0, len - key0, 0);
+    wgmma_fence();
+    issue_pv_local<P>(o, pf, w.base + O::kKv0, 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+
+    // 3. The odd tile's max is known: P_even scaled to it goes to WG1; the even buffer's lo
+    //    half (read by S_even and by the P·V just retired) is free for the next even tile.
+    //    WG1 arrives at kOddMax also without an odd tile: it then has retired its last
+    //    read of p_even, which is about to be overwritten.
+    named_barrier_sync(Bar::kOddMax, kBothWarpgroups);
+    float scale_odd[2] = {1.0f, 1.0f};
+    if (has_odd) {
+      scale_odd[0] = ld_shared_f32(w.base + O::kScaleOdd + 4 * row[0]);
+      scale_odd[1] = ld_shared_f32(w.base + O::kScaleOdd + 4 * row[1]);
+    }
+    if (tid == 0 && even + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, even + 2, 0);
+    store_p<P>(sc, scale_odd, w.base + O::kPEven);
+    named_barrier_arrive(Bar::kPEvenReady, kBothWarpgroups);
+    if (!has_odd) break;
+
+    // 4. O += P_odd · V_odd[:, 0:256), P_odd from WG1 through smem.
+    named_barrier_sync(Bar::kPOddReady, kBothWarpgroups);
+    scale_rows<P>(o, scale_odd);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] *= scale_odd[r];
+    if (len - odd * P.block_n < P.block_n) zero_v_rows<P>(w.base + O::kKv1, len - odd * P.block_n, 0);
+    wgmma_fence();
+    issue_pv_remote<P>(o, w.base + O::kPOdd, w.base + O::kKv1, 0);
+    wgmma_commit();
+
+    // 5. S of the next even tile behind it; the odd buffer's lo half is free once that
+    //    P·V retires.
+    if (even + 2 < tile_end) {
+      const u32 phase = s_even(pair + 1);
+      wgmma_wait<1>();
+      if (tid == 0 && odd + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, odd + 2, 1);
+      mbarrier_wait(&s.kv_hi_full[0], phase);
+      wgmma_fence();
+      issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope);
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    wgmma_fence_operands(sc);
+  }
+}
+
+// WG1: odd tiles' S and softmax, O[:, 256:512). On entry S of the first odd tile is done.
+template <Params P>
+ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
+                             const Walk& w, float (&o)[Traits<P>::kAcc], float (&l)[2],
+                             const u32 (&q_rope)[4][4]) {
+  using T = Traits<P>;
+  using O = Offsets<P>;
+  const int tid = thread_in_warpgroup();
+  const int row[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
+  const int tile_end = w.tile.tile_end, len = w.tile.len;
+  float sc[T::kSAcc];  // S_odd, then P_odd
+  u32 pf[4][4];        // P_odd as RS A fragments
+
+  // S of the pair's odd tile (chunks 4..8 first: their half is refilled first).
+  auto s_odd = [&](int pair) {
+    const u32 phase = static_cast<u32>(pair) & 1u;
+    mbarrier_wait(&s.kv_hi_full[1], phase);
+    wgmma_fence();
+    issue_qk<P, T::kLoChunks, T::kChunks, true>(sc, w.base + O::kQ, w.base + O::kKv1, q_rope);
+    mbarrier_wait(&s.kv_lo_full[1], phase);
+    wgmma_fence();
+    issue_qk<P, 0, T::kLoChunks, false>(sc, w.base + O::kQ, w.base + O::kKv1, q_rope);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(sc);
+  };
+  if (w.tile.tile_begin + 1 < tile_end) s_odd(0);
+
+  for (int even = w.tile.tile_begin, pair = 0; even < tile_end; even += 2, ++pair) {
+    const int odd = even + 1;
+    const bool has_odd = odd < tile_end;
+
+    // 1. Softmax of the odd tile, starting from the even tile's max.
+    named_barrier_sync(Bar::kEvenMax, kBothWarpgroups);
+    float scale[2];
+    const float scale_even[2] = {ld_shared_f32(w.base + O::kScaleEven + 4 * row[0]),
+                                 ld_shared_f32(w.base + O::kScaleEven + 4 * row[1])};
+    if (has_odd) {
+      float tile_max[2], m_new[2], scale_odd[2], sum[2];
+      tile_row_max<P>(sc, w, odd, tile_max);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_even = ld_shared_f32(w.base + O::kRowMax + 4 * row[r]);
+        m_new[r] = fmaxf(m_even, tile_max[r] * a.scale_log2);
+        scale_odd[r] = rescale_factor(m_even, m_new[r]);
+        scale[r] = scale_even[r] * scale_odd[r];
+      }
+      __syncwarp();
+      if (tid % 4 == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          st_shared_f32(w.base + O::kRowMax + 4 * row[r], m_new[r]);
+          st_shared_f32(w.base + O::kScaleOdd + 4 * row[r], scale_odd[r]);
+        }
+      }
+      named_barrier_arrive(Bar::kOddMax, kBothWarpgroups);
+      exponentiate<P>(sc, m_new, a.scale_log2, sum);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l[r] = l[r] * scale[r] + sum[r];
+    } else {
+      named_barrier_arrive(Bar::kOddMax, kBothWarpgroups);  // p_even may be overwritten
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        scale[r] = scale_even[r];
+        l[r] *= scale[r];
+      }
+    }
+    scale_rows<P>(o, scale);
+
+    // 2. P_odd to smem (for WG0) and O += P_odd · V_odd[:, 256:512) from registers.
+    if (has_odd) {
+      const float one[2] = {1.0f, 1.0f};
+      to_a_fragments<P>(sc, pf);
+      store_p<P>(sc, one, w.base + O::kPOdd);
+      named_barrier_arrive(Bar::kPOddReady, kBothWarpgroups);
+      if (len - odd * P.block_n < P.block_n) zero_v_rows<P>(w.base + O::kKv1, len - odd * P.block_n, 1);
+      wgmma_fence();
+      issue_pv_local<P>(o, pf, w.base + O::kKv1, 1);
+      wgmma_commit();
+    }
+
+    // 3. O += P_even · V_even[:, 256:512), P_even from WG0 through smem.
+    named_barrier_sync(Bar::kPEvenReady, kBothWarpgroups);
+    if (len - even * P.block_n < P.block_n) zero_v_rows<P>(w.base + O::kKv0, len - even * P.block_n, 1);
+    wgmma_fence();
+    issue_pv_remote<P>(o, w.base + O::kPEven, w.base + O::kKv0, 1);
+    wgmma_commit();
+
+    // 4. Refill the hi halves as their P·V retire: odd buffer first, then even.
+    if (has_odd) {
+      wgmma_wait<1>();
+      if (tid == 0 && odd + 2 < tile_end) load_kv_hi<P>(s, kv_map, a, odd + 2, 1);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    if (tid == 0 && even + 2 < tile_end) load_kv_hi<P>(s, kv_map, a, even + 2, 0);
+
+    // 5. S of the next odd tile.
+    if (odd + 2 < tile_end) s_odd(pair + 1);
+  }
+}
+
+// ---- epilogue ----------------------------------------------------------------------------
+
+// Output through shared memory (the KV buffers are free once both warpgroups have passed
+// kRowSums): each thread writes its normalized O fragment into a row-major staging tile,
+// then all 256 threads copy whole rows out in 16-byte pieces, coalesced. Row pitches are
+// padded by 16 / 32 bytes so that the 8 rows one fragment store touches hit distinct banks.
+//   unsplit: [64 rows][512] in q's dtype → out (and lse, from WG0)
+//   split:   [64 rows][512] f32 → the partial for mla_decode_combine (and its lse)
+// m: final row max (log2 units); l: the full row sum (0: the row saw no key → 0, -inf).
+template <Params P>
+ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], int half,
+                                 const Args& a, const float (&m)[2], const float (&l)[2]) {
+  using T = Traits<P>;
+  constexpr u32 kPitch = kValueDim * T::kElem + 16;   // unsplit staging row
+  constexpr u32 kPitchF32 = kValueDim * 4 + 32;       // split staging row
+  const bool split = a.num_splits > 1;
+  const int tid = thread_in_warpgroup();
+  const int batch = static_cast<int>(blockIdx.z), split_idx = static_cast<int>(blockIdx.y);
+  const int row0 = static_cast<int>(blockIdx.x) * P.block_m;
+  const int rows_b = a.q_len * P.num_heads;
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  opaque(stage);
+#pragma unroll
+  for (int i = 0; i < T::kAcc; i += 2) {
+    const WgmmaCoord c = wgmma_acc_coord(tid, i);
+    const u32 col = static_cast<u32>(half * T::kHalfCols + c.col);
+    const float x = o[i] * inv[(i / 2) % 2], y = o[i + 1] * inv[(i / 2) % 2];
+    if (split)
+      st_shared_f32x2(stage + c.row * kPitchF32 + col * 4, x, y);
+    else
+      st_shared_u32(stage + c.row * kPitch + col * T::kElem, pack2<P.dtype>(x, y));
+  }
+  if (half == 0 && tid % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int gr = row0 + wgmma_acc_coord(tid, 2 * r).row;  // packed row = q_idx·h + head
+      if (gr >= rows_b) continue;
+      const float lse = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.69314718056f : neg_inf();
+      if (split) {
+        a.part_lse[(static_cast<i64>(batch) * a.num_splits + split_idx) * rows_b + gr] = lse;
+      } else if (a.lse != nullptr) {
+        const int q_idx = gr / P.num_heads, head = gr % P.num_heads;
+        a.lse[(static_cast<i64>(batch) * P.num_heads + head) * a.q_len + q_idx] = lse;
+      }
+    }
+  }
+  named_barrier_sync(Bar::kOutStaged, kBothWarpgroups);
+
+  const int units = split ? kValueDim * 4 / 16 : kValueDim * T::kElem / 16;  // per row
+  const u32 pitch = split ? kPitchF32 : kPitch;
+  u8* dst = split ? reinterpret_cast<u8*>(a.part_out +
+                                          (static_cast<i64>(batch) * a.num_splits + split_idx) *
+                                              rows_b * kValueDim)
+                  : static_cast<u8*>(a.out) + static_cast<i64>(batch) * rows_b * kValueDim * T::kElem;
+  const int row_bytes = units * 16;
+  for (int u = static_cast<int>(threadIdx.x); u < P.block_m * units; u += T::kThreads) {
+    const int row = u / units, piece = u % units;
+    if (row0 + row >= rows_b) break;  // rows are in order: the rest are padding too
+    *reinterpret_cast<uint4*>(dst + static_cast<i64>(row0 + row) * row_bytes + piece * 16) =
+        ld_shared_16(stage + static_cast<u32>(row) * pitch + static_cast<u32>(piece) * 16);
+  }
+}
+
+// ---- entry -----------------------------------------------------------------------------
+
+template <Params P>
+__global__ void __launch_bounds__(Traits<P>::kThreads, 1)
+    kernel(const __grid_constant__ TmaDesc q_map,   // [b·q_len·h, 576], box [64, 64]
+           const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
+           const Args args) {
+  using T = Traits<P>;
+  extern __shared__ u8 smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage<P>*>(
+      (reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  const int wg = warpgroup_id_uniform();
+  const int tid = thread_in_warpgroup();
+  if (threadIdx.x == 0) {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
+    if (!layout_ok<P>(s)) __trap();            // Offsets<P> disagrees with SharedStorage<P>
+    prefetch_tma_desc(q_map);
+    prefetch_tma_desc(kv_map);
+    mbarrier_init(&s.q_full, 1);
+    for (int b = 0; b < 2; ++b) {
+      mbarrier_init(&s.kv_lo_full[b], 1);
+      mbarrier_init(&s.kv_hi_full[b], 1);
+    }
+    fence_mbarrier_init();
+  }
+  if (threadIdx.x < P.block_m) s.row_max[threadIdx.x] = neg_inf();
+  __syncthreads();
+
+  const Tile t = locate<P>(args);
+  float o[T::kAcc];  // this warpgroup's O[64 × 256] f32 accumulator fragment
+#pragma unroll
+  for (int i = 0; i < T::kAcc; ++i) o[i] = 0.0f;
+  float l[2] = {0.0f, 0.0f};
+  if (t.tile_begin < t.tile_end) {
+    if (threadIdx.x == 0) {  // Q and both buffers of the first pair
+      load_q<P>(s, q_map, args, t);
+      load_kv_lo<P>(s, kv_map, args, t.tile_begin, 0);
+      load_kv_hi<P>(s, kv_map, args, t.tile_begin, 0);
+      if (t.tile_begin + 1 < t.tile_end) {
+        load_kv_hi<P>(s, kv_map, args, t.tile_begin + 1, 1);
+        load_kv_lo<P>(s, kv_map, args, t.tile_begin + 1, 1);
+      }
+    }
+    Walk w;
+    w.tile = t;
+    w.q_len = args.q_len;
+    w.min_limit = cta_min_limit<P>(t, args.q_len);
+    w.base = smem_u32(&s);
+
+    // Both warpgroups copy Q's rope chunk into registers; only then may P_odd overwrite it.
+    mbarrier_wait(&s.q_full, 0);
+    u32 q_rope[4][4];  // Q[:, 512:576) as RS A fragments, one per k16 step
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_load_a_fragment<QTile<P>>(q_rope[kk], s.q, static_cast<u32>(T::kRopeChunk * 128 + kk * 32));
+    __syncthreads();
+
+    if (wg == 0)
+      even_role<P>(s, kv_map, args, w, o, l, q_rope);
+    else
+      odd_role<P>(s, kv_map, args, w, o, l, q_rope);
+  }
+
+  // Epilogue: the row sum is the two warpgroups' parts; the max is the last one written.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  const int row[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
+  if (tid % 4 == 0) {
+    s.row_sum[wg][row[0]] = l[0];
+    s.row_sum[wg][row[1]] = l[1];
+  }
+  named_barrier_sync(Bar::kRowSums, kBothWarpgroups);
+  const float m[2] = {s.row_max[row[0]], s.row_max[row[1]]};
+  const float l_all[2] = {s.row_sum[0][row[0]] + s.row_sum[1][row[0]],
+                          s.row_sum[0][row[1]] + s.row_sum[1][row[1]]};
+  write_output<P>(smem_u32(s.kv[0]), o, wg, args, m, l_all);
+  pdl_launch_dependents();  // the combine kernel may start its prologue
+}
+
+}  // namespace attnjit::mla_decode::seesaw
