@@ -281,7 +281,7 @@ ATTNJIT_DEVICE void exponentiate(float (&sc)[Traits<P>::kSAcc], const float (&m)
 #pragma unroll
   for (int i = 0; i < Traits<P>::kSAcc; ++i) {
     const int r = (i / 2) % 2;
-    const float p = exp2f(fmaf(sc[i], scale_log2, neg_m[r]));
+    const float p = exp2_ftz(fmaf(sc[i], scale_log2, neg_m[r]));
     sc[i] = p;
     sum[r] += p;
   }
@@ -289,7 +289,7 @@ ATTNJIT_DEVICE void exponentiate(float (&sc)[Traits<P>::kSAcc], const float (&m)
 
 // exp2(m_old − m_new), 1 while a row has seen no key (never inf − inf).
 ATTNJIT_DEVICE float rescale_factor(float m_old, float m_new) {
-  return m_new == neg_inf() ? 1.0f : exp2f(m_old - m_new);
+  return m_new == neg_inf() ? 1.0f : exp2_ftz(m_old - m_new);
 }
 
 template <Params P>
