@@ -20,9 +20,9 @@
 // Shared memory (224 KiB at 64 keys): Q (72 KiB), two KV tile buffers (even, odd; 72 KiB
 // each), P_even (8 KiB). P_odd takes the place of Q's rope chunk, which both warpgroups
 // copy into registers first (their S uses it as a register A operand). Each KV buffer has
-// two TMA barriers: its "lo" half (chunks 0..3 = V columns 0..255, read by WG0's P·V) and
-// its "hi" half (chunks 4..8 = V columns 256..511 and the rope, read by WG1's P·V), so each
-// warpgroup refills the half it frees as soon as its own P·V is done.
+// a TMA barrier per 64-column chunk; its "lo" half (chunks 0..3 = V columns 0..255, read by
+// WG0's P·V) and its "hi" half (chunks 4..8 = V columns 256..511 and the rope, read by
+// WG1's P·V) are refilled separately, each by its warpgroup as soon as its P·V is done.
 #include "common/arch.cuh"
 #include "common/fence.cuh"
 #include "common/mbarrier.cuh"
@@ -97,8 +97,9 @@ struct SharedStorage {
   float scale_odd[P.block_m];             // exp2(m_even - m_odd) of the current pair
   float row_sum[2][P.block_m];            // each warpgroup's l at the end
   MBarrier q_full;
-  MBarrier kv_lo_full[2];  // chunks 0..3 of buffer b landed (WG0 refills them)
-  MBarrier kv_hi_full[2];  // chunks 4..8 of buffer b landed (WG1 refills them)
+  // Chunk c of buffer b landed. One barrier per chunk so that S starts on the first chunk
+  // while the rest are in flight (WG0 refills chunks 0..3, WG1 chunks 4..8).
+  MBarrier kv_full[2][Traits<P>::kChunks];
 };
 
 template <Params P>
@@ -150,13 +151,14 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args
     tma_load_2d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kBoxCols, q_row);
 }
 
-// Chunks [kC0, kC1) of KV tile `tile` into buffer `buf`, page by page from the block table.
+// Chunks [kC0, kC1) of KV tile `tile` into buffer `buf`, chunk by chunk (each completes
+// its own barrier), page pieces from the block table.
 template <Params P, int kC0, int kC1>
-ATTNJIT_DEVICE void load_kv_part(SharedStorage<P>& s, MBarrier* bar, const TmaDesc& kv_map,
-                                 const Args& a, int tile, int buf) {
+ATTNJIT_DEVICE void load_kv_part(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
+                                 int tile, int buf) {
   using T = Traits<P>;
   const int* table = a.block_table + static_cast<i64>(blockIdx.z) * a.max_pages;
-  mbarrier_arrive_expect_tx(bar, (kC1 - kC0) * T::kChunkBytes);
+  int row[T::kPiecesPerTile];  // first cache row of each page piece of the tile
 #pragma unroll
   for (int piece = 0; piece < T::kPiecesPerTile; ++piece) {
     const int token = tile * P.block_n + piece * T::kPageRows;
@@ -164,24 +166,29 @@ ATTNJIT_DEVICE void load_kv_part(SharedStorage<P>& s, MBarrier* bar, const TmaDe
     // A slot past the table (capacity not a multiple of 64) loads a fully out-of-bounds
     // box: zeros, and the byte count still completes the barrier.
     const int page = slot < a.max_pages ? table[slot] : -1;
-    const int row = page * P.page_size + token % P.page_size;
+    row[piece] = page * P.page_size + token % P.page_size;
+  }
 #pragma unroll
-    for (int c = kC0; c < kC1; ++c)
+  for (int c = kC0; c < kC1; ++c) {
+    MBarrier* bar = &s.kv_full[buf][c];
+    mbarrier_arrive_expect_tx(bar, T::kChunkBytes);
+#pragma unroll
+    for (int piece = 0; piece < T::kPiecesPerTile; ++piece)
       tma_load_2d(kv_map, bar, s.kv[buf] + c * T::kChunkBytes + piece * T::kPageRows * 128,
-                  c * T::kBoxCols, row, CacheHint::kEvictFirst);
+                  c * T::kBoxCols, row[piece], CacheHint::kEvictFirst);
   }
 }
 
 template <Params P>
 ATTNJIT_DEVICE void load_kv_lo(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
                                int tile, int buf) {
-  load_kv_part<P, 0, Traits<P>::kLoChunks>(s, &s.kv_lo_full[buf], kv_map, a, tile, buf);
+  load_kv_part<P, 0, Traits<P>::kLoChunks>(s, kv_map, a, tile, buf);
 }
 template <Params P>
 ATTNJIT_DEVICE void load_kv_hi(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
                                int tile, int buf) {
   using T = Traits<P>;
-  load_kv_part<P, T::kLoChunks, T::kChunks>(s, &s.kv_hi_full[buf], kv_map, a, tile, buf);
+  load_kv_part<P, T::kLoChunks, T::kChunks>(s, kv_map, a, tile, buf);
 }
 
 // ---- GEMMs ------------------------------------------------------------------------------
@@ -190,12 +197,13 @@ ATTNJIT_DEVICE void load_kv_hi(SharedStorage<P>& s, const TmaDesc& kv_map, const
 // next to their wgmma instead of being hoisted out of the loop into (spilled) registers.
 ATTNJIT_DEVICE void opaque(u32& x) { asm volatile("" : "+r"(x)); }
 
-// Issues S[64 × 64] (+)= Q · K[buf]ᵀ over chunks [kC0, kC1) (4 k16 steps each); Q's rope
-// chunk comes from registers (q_rope[k-step]: RS A fragments), the others from smem. The
-// first k-step of the whole S (kFirst, chunk kC0) overwrites. Not committed here.
+// Issues S[64 × 64] (+)= Q · K[buf]ᵀ over chunks [kC0, kC1) (4 k16 steps each), each as
+// soon as its TMA barrier (bars[c], this phase) completes; Q's rope chunk comes from
+// registers (q_rope[k-step]: RS A fragments), the others from smem. The first k-step of
+// the whole S (kFirst, chunk kC0) overwrites. Not committed here.
 template <Params P, int kC0, int kC1, bool kFirst>
 ATTNJIT_DEVICE void issue_qk(float (&sc)[Traits<P>::kSAcc], u32 q_addr, u32 k_addr,
-                             const u32 (&q_rope)[4][4]) {
+                             const u32 (&q_rope)[4][4], MBarrier* bars, u32 phase) {
   using T = Traits<P>;
   // The 36 descriptors are loop-invariant: without this opaque copy the compiler hoists
   // all of them (72 × 64-bit) out of the tile loop and spills them.
@@ -203,6 +211,8 @@ ATTNJIT_DEVICE void issue_qk(float (&sc)[Traits<P>::kSAcc], u32 q_addr, u32 k_ad
   opaque(k_addr);
 #pragma unroll
   for (int c = kC0; c < kC1; ++c) {
+    mbarrier_wait(&bars[c], phase);
+    wgmma_fence();  // after a wait loop: keeps ptxas from serializing the wgmma (C7520)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const u32 k_byte = static_cast<u32>(c * 128 + kk * 32);
@@ -378,16 +388,14 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
   // S of the pair's even tile (chunks 0..3 first: their half is refilled first).
   auto s_even = [&](int pair) {
     const u32 phase = static_cast<u32>(pair) & 1u;
-    mbarrier_wait(&s.kv_lo_full[0], phase);
-    wgmma_fence();
-    issue_qk<P, 0, T::kLoChunks, true>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope);
+    issue_qk<P, 0, T::kLoChunks, true>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope,
+                                       s.kv_full[0], phase);
     wgmma_commit();
     return phase;
   };
   s_even(0);
-  mbarrier_wait(&s.kv_hi_full[0], 0);
-  wgmma_fence();
-  issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope);
+  issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope,
+                                               s.kv_full[0], 0);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operands(sc);
@@ -444,11 +452,12 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
     named_barrier_arrive(Bar::kPEvenReady, kBothWarpgroups);
     if (!has_odd) break;
 
-    // 4. O += P_odd · V_odd[:, 0:256), P_odd from WG1 through smem.
-    named_barrier_sync(Bar::kPOddReady, kBothWarpgroups);
+    // 4. O += P_odd · V_odd[:, 0:256), P_odd from WG1 through smem. O moves to the odd
+    //    tile's max first, while WG1 is still writing P_odd.
     scale_rows<P>(o, scale_odd);
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] *= scale_odd[r];
+    named_barrier_sync(Bar::kPOddReady, kBothWarpgroups);
     if (len - odd * P.block_n < P.block_n) zero_v_rows<P>(w.base + O::kKv1, len - odd * P.block_n, 0);
     wgmma_fence();
     issue_pv_remote<P>(o, w.base + O::kPOdd, w.base + O::kKv1, 0);
@@ -460,9 +469,8 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
       const u32 phase = s_even(pair + 1);
       wgmma_wait<1>();
       if (tid == 0 && odd + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, odd + 2, 1);
-      mbarrier_wait(&s.kv_hi_full[0], phase);
-      wgmma_fence();
-      issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope);
+      issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope,
+                                                   s.kv_full[0], phase);
       wgmma_commit();
     }
     wgmma_wait<0>();
@@ -487,12 +495,10 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
   // S of the pair's odd tile (chunks 4..8 first: their half is refilled first).
   auto s_odd = [&](int pair) {
     const u32 phase = static_cast<u32>(pair) & 1u;
-    mbarrier_wait(&s.kv_hi_full[1], phase);
-    wgmma_fence();
-    issue_qk<P, T::kLoChunks, T::kChunks, true>(sc, w.base + O::kQ, w.base + O::kKv1, q_rope);
-    mbarrier_wait(&s.kv_lo_full[1], phase);
-    wgmma_fence();
-    issue_qk<P, 0, T::kLoChunks, false>(sc, w.base + O::kQ, w.base + O::kKv1, q_rope);
+    issue_qk<P, T::kLoChunks, T::kChunks, true>(sc, w.base + O::kQ, w.base + O::kKv1, q_rope,
+                                                s.kv_full[1], phase);
+    issue_qk<P, 0, T::kLoChunks, false>(sc, w.base + O::kQ, w.base + O::kKv1, q_rope,
+                                        s.kv_full[1], phase);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
@@ -659,10 +665,8 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     prefetch_tma_desc(q_map);
     prefetch_tma_desc(kv_map);
     mbarrier_init(&s.q_full, 1);
-    for (int b = 0; b < 2; ++b) {
-      mbarrier_init(&s.kv_lo_full[b], 1);
-      mbarrier_init(&s.kv_hi_full[b], 1);
-    }
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < T::kChunks; ++c) mbarrier_init(&s.kv_full[b][c], 1);
     fence_mbarrier_init();
   }
   if (threadIdx.x < P.block_m) s.row_max[threadIdx.x] = neg_inf();

@@ -40,9 +40,11 @@ unsigned smem_bytes(const MlaDecodeConfig& c) {
   const int kv_tile = c.block_n * kMlaHeadDim * dtype_bytes(c.dtype);  // 72 KiB at 64 keys
   const int p_tile = c.block_m * c.block_n * dtype_bytes(c.dtype);     // 8 KiB at 64 keys
   const bool seesaw = c.schedule == MlaSchedule::kSeesaw;
-  // seesaw: row_max, scale_even, scale_odd, 2 × row_sum; q_full + lo/hi per buffer.
+  // seesaw: row_max, scale_even, scale_odd, 2 × row_sum; q_full + one per chunk of each
+  // buffer.
   const int stats = (seesaw ? 5 : 3) * c.block_m * 4;
-  const int barriers = (seesaw ? 1 + 2 * c.stages : 1 + c.stages) * 8;
+  const int chunks = kMlaHeadDim * dtype_bytes(c.dtype) / 128;
+  const int barriers = (seesaw ? 1 + chunks * c.stages : 1 + c.stages) * 8;
   const int body = q_tile + kv_tile * c.stages + p_tile + stats + barriers;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
