@@ -197,6 +197,15 @@ ATTNJIT_DEVICE void load_kv_hi(SharedStorage<P>& s, const TmaDesc& kv_map, const
 // next to their wgmma instead of being hoisted out of the loop into (spilled) registers.
 ATTNJIT_DEVICE void opaque(u32& x) { asm volatile("" : "+r"(x)); }
 
+// A descriptor's start address is its low 14 bits (address / 16); shared addresses stay
+// below 256 KiB, so stepping through a tile is one 64-bit add of a compile-time constant:
+// desc(base + offset) == desc(base) + step(offset). The per-instruction descriptor then
+// costs one add instead of the mask/shift/or chain of a full encode.
+template <class Tile, class... Where>
+ATTNJIT_HOST_DEVICE constexpr u64 desc_step(Where... where) {
+  return Tile::desc(0, where...) - Tile::desc(0, 0);
+}
+
 // Issues S[64 × 64] (+)= Q · K[buf]ᵀ over chunks [kC0, kC1) (4 k16 steps each), each as
 // soon as its TMA barrier (bars[c], this phase) completes; Q's rope chunk comes from
 // registers (q_rope[k-step]: RS A fragments), the others from smem. The first k-step of
@@ -209,6 +218,7 @@ ATTNJIT_DEVICE void issue_qk(float (&sc)[Traits<P>::kSAcc], u32 q_addr, u32 k_ad
   // all of them (72 × 64-bit) out of the tile loop and spills them.
   opaque(q_addr);
   opaque(k_addr);
+  const u64 q_desc = QTile<P>::desc(q_addr, 0), k_desc = KTile<P>::desc(k_addr, 0);
 #pragma unroll
   for (int c = kC0; c < kC1; ++c) {
     mbarrier_wait(&bars[c], phase);
@@ -218,10 +228,11 @@ ATTNJIT_DEVICE void issue_qk(float (&sc)[Traits<P>::kSAcc], u32 q_addr, u32 k_ad
       const u32 k_byte = static_cast<u32>(c * 128 + kk * 32);
       const bool accumulate = !(kFirst && c == kC0 && kk == 0);
       if (c == T::kRopeChunk)
-        wgmma_rs<P.dtype, P.block_n>(sc, q_rope[kk], KTile<P>::desc(k_addr, k_byte), accumulate);
+        wgmma_rs<P.dtype, P.block_n>(sc, q_rope[kk], k_desc + desc_step<KTile<P>>(k_byte),
+                                     accumulate);
       else
-        wgmma_ss<P.dtype, P.block_n>(sc, QTile<P>::desc(q_addr, k_byte),
-                                     KTile<P>::desc(k_addr, k_byte), accumulate);
+        wgmma_ss<P.dtype, P.block_n>(sc, q_desc + desc_step<QTile<P>>(k_byte),
+                                     k_desc + desc_step<KTile<P>>(k_byte), accumulate);
     }
   }
 }
@@ -233,10 +244,11 @@ ATTNJIT_DEVICE void issue_pv_local(float (&o)[Traits<P>::kAcc], const u32 (&p)[4
   using T = Traits<P>;
   const u32 col_byte = static_cast<u32>(half * T::kHalfCols * T::kElem);
   opaque(v_addr);
+  const u64 v_desc = VTile<P>::desc(v_addr, 0, col_byte);
 #pragma unroll
   for (int ks = 0; ks < P.block_n / 16; ++ks)
-    wgmma_rs<P.dtype, T::kHalfCols, WgmmaMajor::kMN>(o, p[ks], VTile<P>::desc(v_addr, ks * 16, col_byte),
-                                                     true);
+    wgmma_rs<P.dtype, T::kHalfCols, WgmmaMajor::kMN>(
+        o, p[ks], v_desc + desc_step<VTile<P>>(static_cast<u32>(ks * 16)), true);
 }
 
 // O[:, half] += P · V[buf][:, half] with P from shared memory (the other warpgroup's tile).
@@ -246,10 +258,12 @@ ATTNJIT_DEVICE void issue_pv_remote(float (&o)[Traits<P>::kAcc], u32 p_addr, u32
   const u32 col_byte = static_cast<u32>(half * T::kHalfCols * T::kElem);
   opaque(p_addr);
   opaque(v_addr);
+  const u64 p_desc = QTile<P>::desc(p_addr, 0), v_desc = VTile<P>::desc(v_addr, 0, col_byte);
 #pragma unroll
   for (int ks = 0; ks < P.block_n / 16; ++ks)
     wgmma_ss<P.dtype, T::kHalfCols, WgmmaMajor::kK, WgmmaMajor::kMN>(
-        o, QTile<P>::desc(p_addr, ks * 32), VTile<P>::desc(v_addr, ks * 16, col_byte), true);
+        o, p_desc + desc_step<QTile<P>>(static_cast<u32>(ks * 32)),
+        v_desc + desc_step<VTile<P>>(static_cast<u32>(ks * 16)), true);
 }
 
 // ---- softmax pieces ---------------------------------------------------------------------
@@ -341,12 +355,14 @@ ATTNJIT_DEVICE void store_p(const float (&sc)[Traits<P>::kSAcc], const float (&f
 template <Params P>
 ATTNJIT_DEVICE void zero_v_rows(u32 tile, int first, int half) {
   using T = Traits<P>;
-  const int rows = P.block_n - first;
-  const u32 base = tile + static_cast<u32>(half * T::kLoChunks * T::kChunkBytes);
-  for (int i = thread_in_warpgroup(); i < rows * T::kLoChunks * 8; i += kWarpgroupThreads) {
-    const int unit = i % 8, row = first + (i / 8) % rows, chunk = i / (8 * rows);
-    st_shared_zero16(base + static_cast<u32>(chunk * T::kChunkBytes + row * 128 + unit * 16));
-  }
+  // A row of a chunk is one 128-byte line (swizzling permutes its 16-byte units): a warp
+  // zeroes one row of all 4 chunks (32 units), the 4 warps take every 4th row.
+  const int tid = thread_in_warpgroup();
+  const u32 base = tile + static_cast<u32>(half * T::kLoChunks * T::kChunkBytes +
+                                           (tid % 32 / 8) * T::kChunkBytes + tid % 8 * 16);
+#pragma unroll 1
+  for (int row = first + tid / 32; row < P.block_n; row += 4)
+    st_shared_zero16(base + static_cast<u32>(row * 128));
   fence_proxy_async_smem();
   named_barrier_sync(half == 0 ? Bar::kWg0Local : Bar::kWg1Local, kWarpgroupThreads);
 }
@@ -581,6 +597,20 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
 
 // ---- epilogue ----------------------------------------------------------------------------
 
+// Staged rows [0, 64) (pitch bytes apart) → dst rows row0.. (kRowBytes apart), 16 bytes
+// per thread per step; rows at or past rows_b are the tile's padding and stay unwritten.
+template <Params P, int kRowBytes>
+ATTNJIT_DEVICE void copy_rows(u32 stage, u32 pitch, u8* dst, int row0, int rows_b) {
+  constexpr int kUnits = kRowBytes / 16;
+#pragma unroll 1
+  for (int u = static_cast<int>(threadIdx.x); u < P.block_m * kUnits; u += Traits<P>::kThreads) {
+    const int row = u / kUnits, piece = u % kUnits;
+    if (row0 + row >= rows_b) break;  // rows are in order: the rest are padding too
+    *reinterpret_cast<uint4*>(dst + static_cast<i64>(row0 + row) * kRowBytes + piece * 16) =
+        ld_shared_16(stage + static_cast<u32>(row) * pitch + static_cast<u32>(piece) * 16);
+  }
+}
+
 // Output through shared memory (the KV buffers are free once both warpgroups have passed
 // kRowSums): each thread writes its normalized O fragment into a row-major staging tile,
 // then all 256 threads copy whole rows out in 16-byte pieces, coalesced. Row pitches are
@@ -629,19 +659,16 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
   }
   named_barrier_sync(Bar::kOutStaged, kBothWarpgroups);
 
-  const int units = split ? kValueDim * 4 / 16 : kValueDim * T::kElem / 16;  // per row
-  const u32 pitch = split ? kPitchF32 : kPitch;
-  u8* dst = split ? reinterpret_cast<u8*>(a.part_out +
-                                          (static_cast<i64>(batch) * a.num_splits + split_idx) *
-                                              rows_b * kValueDim)
-                  : static_cast<u8*>(a.out) + static_cast<i64>(batch) * rows_b * kValueDim * T::kElem;
-  const int row_bytes = units * 16;
-  for (int u = static_cast<int>(threadIdx.x); u < P.block_m * units; u += T::kThreads) {
-    const int row = u / units, piece = u % units;
-    if (row0 + row >= rows_b) break;  // rows are in order: the rest are padding too
-    *reinterpret_cast<uint4*>(dst + static_cast<i64>(row0 + row) * row_bytes + piece * 16) =
-        ld_shared_16(stage + static_cast<u32>(row) * pitch + static_cast<u32>(piece) * 16);
-  }
+  if (split)
+    copy_rows<P, kValueDim * 4>(stage, kPitchF32,
+                                reinterpret_cast<u8*>(a.part_out + (static_cast<i64>(batch) *
+                                                                        a.num_splits + split_idx) *
+                                                                       rows_b * kValueDim),
+                                row0, rows_b);
+  else
+    copy_rows<P, kValueDim * T::kElem>(
+        stage, kPitch, static_cast<u8*>(a.out) + static_cast<i64>(batch) * rows_b * kValueDim * T::kElem,
+        row0, rows_b);
 }
 
 // ---- entry -----------------------------------------------------------------------------
