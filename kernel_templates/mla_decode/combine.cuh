@@ -7,6 +7,7 @@
 // memory (griddepcontrol.wait) before reading the partials.
 #include "common/arch.cuh"
 #include "common/fence.cuh"
+#include "common/numeric.cuh"
 #include "common/types.cuh"
 #include "mla_decode/common.cuh"
 

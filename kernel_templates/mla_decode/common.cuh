@@ -1,10 +1,9 @@
 #pragma once
-// Pieces shared by the mla_decode kernels: the compile-time shape, the argument block, the
-// CTA's work item (which sequence, split and KV tiles) and the output epilogue. The two main
-// kernels (sm90_mla_decode.cuh: softmax warpgroup + two P·V warpgroups; sm90_mla_decode_
-// seesaw.cuh: two warpgroups taking turns) differ only in how a CTA walks its tiles.
+// Pieces shared by the mla_decode kernels: the compile-time shape, the argument block and
+// the CTA's work item (which sequence, split, rows and KV tiles). The two main kernels
+// (sm90_mla_decode.cuh: softmax warpgroup + two P·V warpgroups; sm90_mla_decode_seesaw.cuh:
+// two warpgroups taking turns) differ in how a CTA walks its tiles and writes its output.
 #include "common/arch.cuh"
-#include "common/numeric.cuh"
 #include "common/types.cuh"
 #include "common/wgmma.cuh"
 
@@ -82,51 +81,6 @@ template <Params P>
 ATTNJIT_DEVICE int cta_min_limit(const Tile& t, int q_len) {
   const int causal_limit = t.len - q_len + t.row0 / P.num_heads;
   return P.max_q_len > 1 && causal_limit < t.len - 1 ? causal_limit : t.len - 1;
-}
-
-// Writes one warpgroup's O[64 × 256] (output columns [half·256, half·256 + 256)) for its
-// two rows per thread, normalized by the row sums `l`; m is the final row max (log2
-// units). Unsplit: out (q's dtype) and lse; split: the f32 partial and its lse. A row with
-// l = 0 saw no key: zeros and lse -inf.
-template <Params P>
-ATTNJIT_DEVICE void store_output(const float (&o)[kValueDim / 4], int half, const Args& a,
-                                 const float (&m)[2], const float (&l)[2]) {
-  constexpr int kElem = dtype_bytes(P.dtype);
-  constexpr int kHalfCols = kValueDim / 2;
-  const int batch = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
-  const int row0 = static_cast<int>(blockIdx.x) * P.block_m;
-  const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
-  const int rows_b = a.q_len * P.num_heads;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int gr = row0 + wgmma_acc_coord(tid, 2 * r).row;  // packed row = q_idx·h + head
-    if (gr >= rows_b) continue;
-    const bool empty = !(l[r] > 0.0f);
-    const float inv = empty ? 0.0f : 1.0f / l[r];
-    const float lse = empty ? neg_inf() : (m[r] + __log2f(l[r])) * 0.69314718056f;
-    if (a.num_splits == 1) {
-      u8* out = static_cast<u8*>(a.out) +
-                ((static_cast<i64>(batch) * rows_b + gr) * kValueDim + half * kHalfCols) * kElem;
-#pragma unroll
-      for (int i = 2 * r; i < kHalfCols / 2; i += 4) {
-        const int col = wgmma_acc_coord(tid, i).col;
-        *reinterpret_cast<u32*>(out + col * kElem) = pack2<P.dtype>(o[i] * inv, o[i + 1] * inv);
-      }
-      if (a.lse != nullptr && half == 0 && tid % 4 == 0) {
-        const int q_idx = gr / P.num_heads, head = gr % P.num_heads;
-        a.lse[(static_cast<i64>(batch) * P.num_heads + head) * a.q_len + q_idx] = lse;
-      }
-    } else {
-      const i64 prow = (static_cast<i64>(batch) * a.num_splits + split) * rows_b + gr;
-      float* out = a.part_out + prow * kValueDim + half * kHalfCols;
-#pragma unroll
-      for (int i = 2 * r; i < kHalfCols / 2; i += 4) {
-        const int col = wgmma_acc_coord(tid, i).col;
-        *reinterpret_cast<float2*>(out + col) = make_float2(o[i] * inv, o[i + 1] * inv);
-      }
-      if (half == 0 && tid % 4 == 0) a.part_lse[prow] = lse;
-    }
-  }
 }
 
 }  // namespace attnjit::mla_decode

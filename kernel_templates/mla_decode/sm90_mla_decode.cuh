@@ -26,6 +26,7 @@
 #include "common/fence.cuh"
 #include "common/mbarrier.cuh"
 #include "common/named_barrier.cuh"
+#include "common/numeric.cuh"
 #include "common/tma.cuh"
 #include "common/types.cuh"
 #include "common/warpgroup.cuh"
@@ -51,7 +52,6 @@ struct Traits {
   static constexpr int kPageRows = P.page_size < P.block_n ? P.page_size : P.block_n;
   static constexpr int kPiecesPerTile = P.block_n / kPageRows; // pages per KV tile
   static constexpr int kHalfCols = kValueDim / 2;               // output columns per consumer
-  static constexpr bool kCausal = P.max_q_len > 1;
   static constexpr int kConsumerThreads = 3 * kWarpgroupThreads;  // named-barrier count
 
   static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/cache are bf16 or f16");
@@ -158,6 +158,51 @@ struct RowState {
   float m[2];  // running max (log2 units, scaled)
   float l[2];  // running sum of exp2 (this thread's columns; reduced at the end)
 };
+
+// Writes one warpgroup's O[64 × 256] (output columns [half·256, half·256 + 256)) for its
+// two rows per thread, normalized by the row sums `l`; m is the final row max (log2
+// units). Unsplit: out (q's dtype) and lse; split: the f32 partial and its lse. A row with
+// l = 0 saw no key: zeros and lse -inf.
+template <Params P>
+ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, const Args& a,
+                                 const float (&m)[2], const float (&l)[2]) {
+  constexpr int kElem = dtype_bytes(P.dtype);
+  constexpr int kHalfCols = kValueDim / 2;
+  const int batch = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
+  const int row0 = static_cast<int>(blockIdx.x) * P.block_m;
+  const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
+  const int rows_b = a.q_len * P.num_heads;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int gr = row0 + wgmma_acc_coord(tid, 2 * r).row;  // packed row = q_idx·h + head
+    if (gr >= rows_b) continue;
+    const bool empty = !(l[r] > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / l[r];
+    const float lse = empty ? neg_inf() : (m[r] + __log2f(l[r])) * 0.69314718056f;
+    if (a.num_splits == 1) {
+      u8* out = static_cast<u8*>(a.out) +
+                ((static_cast<i64>(batch) * rows_b + gr) * kValueDim + half * kHalfCols) * kElem;
+#pragma unroll
+      for (int i = 2 * r; i < kHalfCols / 2; i += 4) {
+        const int col = wgmma_acc_coord(tid, i).col;
+        *reinterpret_cast<u32*>(out + col * kElem) = pack2<P.dtype>(o[i] * inv, o[i + 1] * inv);
+      }
+      if (a.lse != nullptr && half == 0 && tid % 4 == 0) {
+        const int q_idx = gr / P.num_heads, head = gr % P.num_heads;
+        a.lse[(static_cast<i64>(batch) * P.num_heads + head) * a.q_len + q_idx] = lse;
+      }
+    } else {
+      const i64 prow = (static_cast<i64>(batch) * a.num_splits + split) * rows_b + gr;
+      float* out = a.part_out + prow * kValueDim + half * kHalfCols;
+#pragma unroll
+      for (int i = 2 * r; i < kHalfCols / 2; i += 4) {
+        const int col = wgmma_acc_coord(tid, i).col;
+        *reinterpret_cast<float2*>(out + col) = make_float2(o[i] * inv, o[i + 1] * inv);
+      }
+      if (half == 0 && tid % 4 == 0) a.part_lse[prow] = lse;
+    }
+  }
+}
 
 // WG1: S = Q·Kᵀ, mask, online softmax; P and the row scales to shared memory.
 template <Params P>
@@ -301,7 +346,7 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tile_be
   const int r0 = wgmma_acc_coord(tid, 0).row, r1 = wgmma_acc_coord(tid, 2).row;
   const float m[2] = {s.row_max[r0], s.row_max[r1]};
   const float l[2] = {s.row_sum[r0], s.row_sum[r1]};
-  store_output<P>(o, half, a, m, l);
+  write_output<P>(o, half, a, m, l);
 }
 
 // ---- entry -----------------------------------------------------------------------------

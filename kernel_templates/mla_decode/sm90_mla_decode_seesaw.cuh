@@ -27,6 +27,7 @@
 #include "common/fence.cuh"
 #include "common/mbarrier.cuh"
 #include "common/named_barrier.cuh"
+#include "common/numeric.cuh"
 #include "common/smem.cuh"
 #include "common/tma.cuh"
 #include "common/types.cuh"
