@@ -19,22 +19,25 @@ struct CombineParams {
 };
 
 struct CombineArgs {
-  const float* part_out;  // [b, splits, q_len·h, 512] f32
+  const float* part_out;  // [b, splits, q_len·h, 512] f32 (q_len = the bound when ragged)
   const float* part_lse;  // [b, splits, q_len·h]
-  void* out;              // [b, q_len, h, 512]
-  float* lse;             // [b, h, q_len] or null
-  int q_len;
+  void* out;              // [total_q, h, 512]
+  float* lse;             // lse_index layout, or null
+  QRows q;
   int num_splits;
 };
 
 inline constexpr int kCombineThreads = kValueDim / 4;  // 4 columns (one float4) per thread
 
-// grid (q_len·h, b), kCombineThreads threads.
+// grid (q_len·h, b), kCombineThreads threads; a row past its (ragged) sequence's q_len·h
+// has no output.
 template <CombineParams P>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineArgs a) {
   pdl_wait_prior_grids();
   const int row = static_cast<int>(blockIdx.x), batch = static_cast<int>(blockIdx.y);
-  const int rows_b = a.q_len * P.num_heads;
+  const Seq seq = sequence(a.q, batch);
+  if (row >= seq.q_len * P.num_heads) return;
+  const int rows_b = a.q.q_len * P.num_heads;  // a partial's rows
   const i64 base = static_cast<i64>(batch) * a.num_splits * rows_b + row;  // split 0's row
 
   float m = neg_inf();
@@ -57,15 +60,13 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineA
   }
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   u32* out = reinterpret_cast<u32*>(static_cast<u8*>(a.out) +
-                                    ((static_cast<i64>(batch) * rows_b + row) * kValueDim +
+                                    ((static_cast<i64>(seq.start) * P.num_heads + row) * kValueDim +
                                      4 * threadIdx.x) * dtype_bytes(P.dtype));
   out[0] = pack2<P.dtype>(acc[0] * inv, acc[1] * inv);
   out[1] = pack2<P.dtype>(acc[2] * inv, acc[3] * inv);
-  if (a.lse != nullptr && threadIdx.x == 0) {
-    const int q_idx = row / P.num_heads, head = row % P.num_heads;
-    a.lse[(static_cast<i64>(batch) * P.num_heads + head) * a.q_len + q_idx] =
+  if (a.lse != nullptr && threadIdx.x == 0)
+    a.lse[lse_index(a.q, batch, seq, P.num_heads, row % P.num_heads, row / P.num_heads)] =
         sum > 0.0f ? m + __logf(sum) : neg_inf();
-  }
 }
 
 }  // namespace attnjit::mla_decode

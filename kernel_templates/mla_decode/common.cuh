@@ -24,15 +24,46 @@ struct Params {
   Swizzle swizzle;  // 128B
 };
 
+// Where each sequence's query tokens live in q / out. Padded: sequence i owns tokens
+// [i·q_len, (i+1)·q_len). Ragged: tokens [offsets[i], offsets[i+1]) of q [total_q, h, 576],
+// at most q_len of them (q_len is then the host's bound, which sized the grid).
+struct QRows {
+  const int* offsets;  // [b + 1] (ragged) or null (padded)
+  int q_len;           // padded: every sequence's q_len; ragged: the bound
+  int total_q;         // tokens in q and out
+};
+
+// One sequence's tokens: [start, start + q_len) of q / out.
+struct Seq {
+  int start, q_len;
+};
+
+// Ragged offsets live on the GPU and may hold anything: clamped so that every row this
+// sequence touches lies in [0, total_q) and there are at most q_len of them (a checked run
+// reports the bad entry instead).
+ATTNJIT_DEVICE Seq sequence(const QRows& q, int batch) {
+  if (q.offsets == nullptr) return {batch * q.q_len, q.q_len};
+  const int start = min(max(q.offsets[batch], 0), q.total_q);
+  const int end = min(max(q.offsets[batch + 1], start), q.total_q);
+  return {start, min(end - start, q.q_len)};
+}
+
+// Row of lse for (sequence, head, query): padded [b, h, q_len]; ragged [h, total_q].
+ATTNJIT_DEVICE i64 lse_index(const QRows& q, int batch, const Seq& s, int num_heads, int head,
+                             int q_idx) {
+  if (q.offsets == nullptr) return (static_cast<i64>(batch) * num_heads + head) * q.q_len + q_idx;
+  return static_cast<i64>(head) * q.total_q + s.start + q_idx;
+}
+
 // Device-side argument block; the host mirrors it (KernelArgs in runtime/ops/mla_decode).
 struct Args {
   const int* block_table;  // [b, max_pages]
   const int* cache_lens;   // [b]
-  void* out;               // [b, q_len, h, 512] contiguous
-  float* lse;              // [b, h, q_len] or null
-  float* part_out;         // [b, splits, q_len·h, 512] f32 (splits > 1)
+  void* out;               // [total_q, h, 512] contiguous (padded: [b, q_len, h, 512])
+  float* lse;              // lse_index layout, or null
+  float* part_out;         // [b, splits, q_len·h, 512] f32 (splits > 1; q_len = the bound)
   float* part_lse;         // [b, splits, q_len·h]
-  int q_len;
+  QRows q;
   int max_pages;
   int num_splits;
   float scale_log2;        // softmax_scale · log2(e)
@@ -41,6 +72,7 @@ struct Args {
 // The CTA's work: grid (row tiles, splits, b).
 struct Tile {
   int batch, split, row0;  // row0: first packed row (q_idx·h + head) of this CTA's tile
+  Seq seq;                 // the sequence's tokens; rows ≥ seq.q_len·h are padding
   int len;                 // L, clamped to the table's capacity
   int tile_begin, tile_end;
 };
@@ -59,13 +91,19 @@ ATTNJIT_DEVICE Tile locate(const Args& a) {
   const int per_split = ceil_div(tiles, a.num_splits);
   t.tile_begin = min(tiles, t.split * per_split);
   t.tile_end = min(tiles, t.tile_begin + per_split);
+  // A ragged sequence shorter than the bound leaves whole row tiles without a query: they
+  // walk no KV tile and write nothing.
+  t.seq = sequence(a.q, t.batch);
+  if (t.row0 >= t.seq.q_len * P.num_heads) t.tile_end = t.tile_begin;
   return t;
 }
 
 // Last key each of this thread's two accumulator rows sees: causal (q_len > 1) row q_idx
-// sees keys 0 .. L - q_len + q_idx; otherwise all L. Negative: the row sees no key.
+// sees keys 0 .. L - q_len + q_idx, q_len being the sequence's own; otherwise all L.
+// Negative: the row sees no key.
 template <Params P>
-ATTNJIT_DEVICE void row_limits(const Tile& t, int q_len, int (&limit)[2]) {
+ATTNJIT_DEVICE void row_limits(const Tile& t, int (&limit)[2]) {
+  const int q_len = t.seq.q_len;
   const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -78,8 +116,8 @@ ATTNJIT_DEVICE void row_limits(const Tile& t, int q_len, int (&limit)[2]) {
 // The smallest of those limits over the CTA's 64 rows (uniform): a KV tile whose last key
 // is at most this needs no mask for any row.
 template <Params P>
-ATTNJIT_DEVICE int cta_min_limit(const Tile& t, int q_len) {
-  const int causal_limit = t.len - q_len + t.row0 / P.num_heads;
+ATTNJIT_DEVICE int cta_min_limit(const Tile& t) {
+  const int causal_limit = t.len - t.seq.q_len + t.row0 / P.num_heads;
   return P.max_q_len > 1 && causal_limit < t.len - 1 ? causal_limit : t.len - 1;
 }
 

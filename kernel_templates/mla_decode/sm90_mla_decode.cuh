@@ -92,12 +92,12 @@ inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 
 // ---- TMA issue (one thread) -------------------------------------------------------------
 
-// Q rows of this tile: rows [batch·q_len·h + row0, +64) of q viewed as [b·q_len·h, 576].
+// Q rows of this tile: rows [start·h + row0, +64) of q viewed as [total_q·h, 576].
 template <Params P>
 ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args& a,
                            const Tile& t) {
   using T = Traits<P>;
-  const int q_row = t.batch * a.q_len * P.num_heads + t.row0;
+  const int q_row = t.seq.start * P.num_heads + t.row0;
   mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
   for (int c = 0; c < T::kChunks; ++c)
     tma_load_2d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kBoxCols, q_row);
@@ -165,13 +165,13 @@ struct RowState {
 // l = 0 saw no key: zeros and lse -inf.
 template <Params P>
 ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, const Args& a,
-                                 const float (&m)[2], const float (&l)[2]) {
+                                 const Tile& t, const float (&m)[2], const float (&l)[2]) {
   constexpr int kElem = dtype_bytes(P.dtype);
   constexpr int kHalfCols = kValueDim / 2;
-  const int batch = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
-  const int row0 = static_cast<int>(blockIdx.x) * P.block_m;
+  const int row0 = t.row0;
   const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
-  const int rows_b = a.q_len * P.num_heads;
+  const int rows_b = t.seq.q_len * P.num_heads;    // this sequence's rows
+  const int part_rows = a.q.q_len * P.num_heads;   // a partial's rows (the bound)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int gr = row0 + wgmma_acc_coord(tid, 2 * r).row;  // packed row = q_idx·h + head
@@ -181,18 +181,17 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
     const float lse = empty ? neg_inf() : (m[r] + __log2f(l[r])) * 0.69314718056f;
     if (a.num_splits == 1) {
       u8* out = static_cast<u8*>(a.out) +
-                ((static_cast<i64>(batch) * rows_b + gr) * kValueDim + half * kHalfCols) * kElem;
+                ((static_cast<i64>(t.seq.start) * P.num_heads + gr) * kValueDim + half * kHalfCols) *
+                    kElem;
 #pragma unroll
       for (int i = 2 * r; i < kHalfCols / 2; i += 4) {
         const int col = wgmma_acc_coord(tid, i).col;
         *reinterpret_cast<u32*>(out + col * kElem) = pack2<P.dtype>(o[i] * inv, o[i + 1] * inv);
       }
-      if (a.lse != nullptr && half == 0 && tid % 4 == 0) {
-        const int q_idx = gr / P.num_heads, head = gr % P.num_heads;
-        a.lse[(static_cast<i64>(batch) * P.num_heads + head) * a.q_len + q_idx] = lse;
-      }
+      if (a.lse != nullptr && half == 0 && tid % 4 == 0)
+        a.lse[lse_index(a.q, t.batch, t.seq, P.num_heads, gr % P.num_heads, gr / P.num_heads)] = lse;
     } else {
-      const i64 prow = (static_cast<i64>(batch) * a.num_splits + split) * rows_b + gr;
+      const i64 prow = (static_cast<i64>(t.batch) * a.num_splits + t.split) * part_rows + gr;
       float* out = a.part_out + prow * kValueDim + half * kHalfCols;
 #pragma unroll
       for (int i = 2 * r; i < kHalfCols / 2; i += 4) {
@@ -214,7 +213,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
   RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
   // Last key each of this thread's two rows sees (causal: L - q_len + q_idx).
   int limit[2];
-  row_limits<P>(t, a.q_len, limit);
+  row_limits<P>(t, limit);
 
   if (t.tile_begin < t.tile_end) mbarrier_wait(&s.q_full, 0);
   const u32 q_addr = smem_u32(s.q);
@@ -312,8 +311,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
 
 // WG2 / WG3: O[:, half·256 + 0..256) = O·scale + P · V[:, same columns], P from smem.
 template <Params P>
-ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tile_begin, int tile_end,
-                                 int half) {
+ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Tile& t, int half) {
   using T = Traits<P>;
   const int tid = thread_in_warpgroup();
   float o[T::kHalfCols / 2];  // O[64 × 256] f32 accumulator fragment (128 per thread)
@@ -321,7 +319,7 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tile_be
   for (int i = 0; i < T::kHalfCols / 2; ++i) o[i] = 0.0f;
   const u32 p_addr = smem_u32(s.p);
   const u32 v_col_byte = static_cast<u32>(half * T::kHalfCols * T::kElem);
-  for (int tile = tile_begin, i = 0; tile < tile_end; ++tile, ++i) {
+  for (int tile = t.tile_begin, i = 0; tile < t.tile_end; ++tile, ++i) {
     const int st = i % P.stages;
     if (i == 0) named_barrier_arrive(Bar::kPFree, T::kConsumerThreads);  // P starts free
     named_barrier_sync(Bar::kPReady, T::kConsumerThreads);
@@ -340,20 +338,20 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tile_be
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    if (tile + 1 < tile_end) named_barrier_arrive(Bar::kPFree, T::kConsumerThreads);
+    if (tile + 1 < t.tile_end) named_barrier_arrive(Bar::kPFree, T::kConsumerThreads);
   }
   named_barrier_sync(Bar::kStats, T::kConsumerThreads);
   const int r0 = wgmma_acc_coord(tid, 0).row, r1 = wgmma_acc_coord(tid, 2).row;
   const float m[2] = {s.row_max[r0], s.row_max[r1]};
   const float l[2] = {s.row_sum[r0], s.row_sum[r1]};
-  write_output<P>(o, half, a, m, l);
+  write_output<P>(o, half, a, t, m, l);
 }
 
 // ---- entry -----------------------------------------------------------------------------
 
 template <Params P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
-    kernel(const __grid_constant__ TmaDesc q_map,   // [b·q_len·h, 576], box [64, 64]
+    kernel(const __grid_constant__ TmaDesc q_map,   // [total_q·h, 576], box [64, 64]
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
            const Args args) {
   using T = Traits<P>;
@@ -381,7 +379,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   if (wg == 0) {
     softmax_warpgroup<P>(s, kv_map, args, t);
   } else {
-    pv_warpgroup<P>(s, args, t.tile_begin, t.tile_end, wg - 1);
+    pv_warpgroup<P>(s, args, t, wg - 1);
   }
   pdl_launch_dependents();  // the combine kernel may start its prologue
 }

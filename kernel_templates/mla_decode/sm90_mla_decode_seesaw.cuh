@@ -146,7 +146,7 @@ template <Params P>
 ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args& a,
                            const Tile& t) {
   using T = Traits<P>;
-  const int q_row = t.batch * a.q_len * P.num_heads + t.row0;
+  const int q_row = t.seq.start * P.num_heads + t.row0;
   mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
   for (int c = 0; c < T::kChunks; ++c)
     tma_load_2d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kBoxCols, q_row);
@@ -371,7 +371,6 @@ ATTNJIT_DEVICE void zero_v_rows(u32 tile, int first, int half) {
 // What both roles know about the CTA's work (kept small: registers are at the cap).
 struct Walk {
   Tile tile;      // sequence, split, first row, length, KV tile range
-  int q_len;
   int min_limit;  // tiles whose keys are all <= this need no mask (cta_min_limit)
   u32 base;       // shared address of SharedStorage (Offsets<P> from here)
 };
@@ -383,7 +382,7 @@ ATTNJIT_DEVICE void tile_row_max(float (&sc)[Traits<P>::kSAcc], const Walk& w, i
                                  float (&tile_max)[2]) {
   const int key0 = tile * P.block_n;
   int limit[2];
-  row_limits<P>(w.tile, w.q_len, limit);
+  row_limits<P>(w.tile, limit);
   mask_and_max<P>(sc, key0 + P.block_n - 1 > w.min_limit, key0, limit, tile_max);
 }
 
@@ -599,7 +598,8 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
 // ---- epilogue ----------------------------------------------------------------------------
 
 // Staged rows [0, 64) (pitch bytes apart) → dst rows row0.. (kRowBytes apart), 16 bytes
-// per thread per step; rows at or past rows_b are the tile's padding and stay unwritten.
+// per thread per step; rows at or past rows_b (the sequence's q_len·h) are the tile's
+// padding and stay unwritten.
 template <Params P, int kRowBytes>
 ATTNJIT_DEVICE void copy_rows(u32 stage, u32 pitch, u8* dst, int row0, int rows_b) {
   constexpr int kUnits = kRowBytes / 16;
@@ -621,15 +621,17 @@ ATTNJIT_DEVICE void copy_rows(u32 stage, u32 pitch, u8* dst, int row0, int rows_
 // m: final row max (log2 units); l: the full row sum (0: the row saw no key → 0, -inf).
 template <Params P>
 ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], int half,
-                                 const Args& a, const float (&m)[2], const float (&l)[2]) {
+                                 const Args& a, const Tile& t, const float (&m)[2],
+                                 const float (&l)[2]) {
   using T = Traits<P>;
   constexpr u32 kPitch = kValueDim * T::kElem + 16;   // unsplit staging row
   constexpr u32 kPitchF32 = kValueDim * 4 + 32;       // split staging row
   const bool split = a.num_splits > 1;
   const int tid = thread_in_warpgroup();
-  const int batch = static_cast<int>(blockIdx.z), split_idx = static_cast<int>(blockIdx.y);
-  const int row0 = static_cast<int>(blockIdx.x) * P.block_m;
-  const int rows_b = a.q_len * P.num_heads;
+  const int row0 = t.row0;
+  const int rows_b = t.seq.q_len * P.num_heads;            // this sequence's rows
+  const int part_rows = a.q.q_len * P.num_heads;           // a partial's rows (the bound)
+  const i64 part_row0 = (static_cast<i64>(t.batch) * a.num_splits + t.split) * part_rows;
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
@@ -650,25 +652,22 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
       const int gr = row0 + wgmma_acc_coord(tid, 2 * r).row;  // packed row = q_idx·h + head
       if (gr >= rows_b) continue;
       const float lse = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.69314718056f : neg_inf();
-      if (split) {
-        a.part_lse[(static_cast<i64>(batch) * a.num_splits + split_idx) * rows_b + gr] = lse;
-      } else if (a.lse != nullptr) {
-        const int q_idx = gr / P.num_heads, head = gr % P.num_heads;
-        a.lse[(static_cast<i64>(batch) * P.num_heads + head) * a.q_len + q_idx] = lse;
-      }
+      if (split)
+        a.part_lse[part_row0 + gr] = lse;
+      else if (a.lse != nullptr)
+        a.lse[lse_index(a.q, t.batch, t.seq, P.num_heads, gr % P.num_heads, gr / P.num_heads)] = lse;
     }
   }
   named_barrier_sync(Bar::kOutStaged, kBothWarpgroups);
 
   if (split)
     copy_rows<P, kValueDim * 4>(stage, kPitchF32,
-                                reinterpret_cast<u8*>(a.part_out + (static_cast<i64>(batch) *
-                                                                        a.num_splits + split_idx) *
-                                                                       rows_b * kValueDim),
-                                row0, rows_b);
+                                reinterpret_cast<u8*>(a.part_out + part_row0 * kValueDim), row0,
+                                rows_b);
   else
     copy_rows<P, kValueDim * T::kElem>(
-        stage, kPitch, static_cast<u8*>(a.out) + static_cast<i64>(batch) * rows_b * kValueDim * T::kElem,
+        stage, kPitch,
+        static_cast<u8*>(a.out) + static_cast<i64>(t.seq.start) * P.num_heads * kValueDim * T::kElem,
         row0, rows_b);
 }
 
@@ -676,7 +675,7 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
 
 template <Params P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
-    kernel(const __grid_constant__ TmaDesc q_map,   // [b·q_len·h, 576], box [64, 64]
+    kernel(const __grid_constant__ TmaDesc q_map,   // [total_q·h, 576], box [64, 64]
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
            const Args args) {
   using T = Traits<P>;
@@ -717,8 +716,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     }
     Walk w;
     w.tile = t;
-    w.q_len = args.q_len;
-    w.min_limit = cta_min_limit<P>(t, args.q_len);
+    w.min_limit = cta_min_limit<P>(t);
     w.base = smem_u32(&s);
 
     // Both warpgroups copy Q's rope chunk into registers; only then may P_odd overwrite it.
@@ -750,7 +748,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   const float m[2] = {s.row_max[row[0]], s.row_max[row[1]]};
   const float l_all[2] = {s.row_sum[0][row[0]] + s.row_sum[1][row[0]],
                           s.row_sum[0][row[1]] + s.row_sum[1][row[1]]};
-  write_output<P>(smem_u32(s.kv[0]), o, wg, args, m, l_all);
+  write_output<P>(smem_u32(s.kv[0]), o, wg, args, t, m, l_all);
   pdl_launch_dependents();  // the combine kernel may start its prologue
 }
 

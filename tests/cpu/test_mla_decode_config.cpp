@@ -302,6 +302,86 @@ TEST_CASE("mla_decode rejects bad arguments before launching", "[mla_decode][arg
   }
 }
 
+namespace {
+
+constexpr int64_t TQ = 3;  // ragged: 3 query tokens over B = 2 sequences
+
+// A valid ragged call: q [3, 64, 576] with q_offsets [3] and max_q_len 2.
+MlaDecodeArgs ragged_args() {
+  MlaDecodeArgs a = valid_args();
+  a.q = TensorView::contiguous(fake(0), DType::kBF16, {TQ, H, 576});
+  a.q_offsets = TensorView::contiguous(fake(7), DType::kI32, {B + 1});
+  a.max_q_len = 2;
+  a.out = TensorView::contiguous(fake(4), DType::kBF16, {TQ, H, 512});
+  a.lse = TensorView::contiguous(fake(5), DType::kF32, {H, TQ});
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("mla_decode ragged q: the form's own argument rules", "[mla_decode][args]") {
+  const MlaDecodeConfig cfg = valid_config();
+  auto call = [&](const MlaDecodeArgs& a) { mla_decode(a, nullptr, &cfg); };
+  const auto bad = ErrorKind::kBadArgument;
+  const DType bf16 = DType::kBF16, f32 = DType::kF32, i32 = DType::kI32;
+
+  // The valid call passes every host check: without a GPU it fails only at the driver.
+  try {
+    call(ragged_args());
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.kind() != bad);
+  }
+  auto ragged_with = [](TensorView MlaDecodeArgs::*field, const TensorView& v) {
+    MlaDecodeArgs a = ragged_args();
+    a.*field = v;
+    return a;
+  };
+  using A = MlaDecodeArgs;
+  SECTION("q, out and lse take the ragged layouts") {
+    REQUIRE_ERROR(call(ragged_with(&A::q, view(0, bf16, {1, TQ, H, 576}))), bad, "q", "rank 3",
+                  "total_q");
+    REQUIRE_ERROR(call(ragged_with(&A::out, view(4, bf16, {1, TQ, H, 512}))), bad, "out",
+                  "[total_q, h, 512]");
+    REQUIRE_ERROR(call(ragged_with(&A::out, view(4, bf16, {TQ + 1, H, 512}))), bad, "out");
+    REQUIRE_ERROR(call(ragged_with(&A::lse, view(5, f32, {TQ, H}))), bad, "lse", "[h, total_q]");
+    // The padded form's lse [b, h, q_len] is not the ragged one.
+    REQUIRE_ERROR(call(ragged_with(&A::lse, view(5, f32, {B, H, 2}))), bad, "lse");
+  }
+  SECTION("q_offsets") {
+    REQUIRE_ERROR(call(ragged_with(&A::q_offsets, view(7, i32, {B + 1, 1}))), bad, "q_offsets",
+                  "rank 1");
+    REQUIRE_ERROR(call(ragged_with(&A::q_offsets, view(7, i32, {0}))), bad, "q_offsets");
+    REQUIRE_ERROR(call(ragged_with(&A::q_offsets, view(7, f32, {B + 1}))), bad,
+                  "q_offsets");
+    MlaDecodeArgs a = ragged_args();
+    a.q_offsets.data = fake(7, 2);
+    REQUIRE_ERROR(call(a), bad, "q_offsets", "aligned");
+    // b comes from q_offsets: one more sequence than the table and lengths have.
+    REQUIRE_ERROR(call(ragged_with(&A::q_offsets, view(7, i32, {B + 2}))), bad, "block_table");
+  }
+  SECTION("max_q_len") {
+    MlaDecodeArgs a = ragged_args();
+    a.max_q_len = 0;  // required: it sizes the grid
+    REQUIRE_ERROR(call(a), bad, "max_q_len", "ragged");
+    a.max_q_len = 3;  // over the config's bound of 2
+    REQUIRE_ERROR(call(a), bad, "max_q_len", "1..max_q_len = 2");
+    // Padded calls take q_len from q: a different max_q_len is a contradiction.
+    a = valid_args();
+    a.max_q_len = 1;
+    REQUIRE_ERROR(call(a), bad, "max_q_len", "padded");
+  }
+  SECTION("split queries use the bound") {
+    MlaDecodeArgs a = ragged_args();
+    a.num_splits = 3;
+    CHECK(mla_decode_num_splits(a) == 3);
+    a.num_splits = 4;
+    a.workspace = fake(6);
+    a.workspace_bytes = mla_decode_workspace_bytes(B, 2, H, 4) - 1;
+    REQUIRE_ERROR(call(a), bad, "workspace");
+  }
+}
+
 TEST_CASE("mla_decode split count and workspace queries", "[mla_decode][args]") {
   MlaDecodeArgs a = valid_args();
   for (int s : {1, 2, 7, 64}) {

@@ -212,10 +212,36 @@ class MlaData {
   }
   std::vector<float> download_lse() const { return lse_d_.download_as<float>(lse_d_.bytes() / 4); }
 
+  // Sequence i alone with only its first q_len tokens (batch 1): the reference for that
+  // sequence of a ragged call built from this data.
+  MlaProblem sequence_problem(int i, int q_len) const {
+    MlaProblem p = problem();
+    const size_t row = static_cast<size_t>(c_.heads) * test::kMlaQkDim;
+    p.batch = 1;
+    p.q_len = q_len;
+    p.q = std::span<const float>(q_).subspan(static_cast<size_t>(i) * c_.q_len * row,
+                                             static_cast<size_t>(q_len) * row);
+    p.block_table = std::span<const int32_t>(table_).subspan(static_cast<size_t>(i) * max_pages_,
+                                                             static_cast<size_t>(max_pages_));
+    p.cache_lens = std::span<const int32_t>(lens_).subspan(static_cast<size_t>(i), 1);
+    return p;
+  }
+  // Query token t of sequence i, as the 16-bit values the GPU reads.
+  std::vector<uint16_t> token_bits(int i, int t) const {
+    const size_t row = static_cast<size_t>(c_.heads) * test::kMlaQkDim;
+    const float* src = q_.data() + (static_cast<size_t>(i) * c_.q_len + t) * row;
+    std::vector<uint16_t> bits(row);
+    for (size_t k = 0; k < row; ++k) bits[k] = to_bits(src[k], c_.dtype);
+    return bits;
+  }
+
   const MlaCase& spec() const { return c_; }
   int max_pages() const { return max_pages_; }
   const std::vector<int32_t>& lens() const { return lens_; }
   const DeviceBuffer& lens_buffer() const { return lens_d_; }
+  const DeviceBuffer& cache_buffer() const { return cache_d_; }
+  const DeviceBuffer& table_buffer() const { return table_d_; }
+  int num_pages() const { return num_pages_; }
 
  private:
   float rounded(float x) const { return from_bits(to_bits(x, c_.dtype), c_.dtype); }
@@ -286,9 +312,9 @@ MlaReference reference_for(const MlaData& d) {
 }
 
 // Judges one run; prints the numbers (the worst row included) so the GPU log shows them.
-void judge(const MlaData& d, const MlaReference& ref, const RunResult& r,
+void judge(const MlaProblem& p, const MlaReference& ref, const RunResult& r,
            const std::string& label) {
-  const MlaComparison c = test::mla_compare(d.problem(), ref, r.out, r.lse);
+  const MlaComparison c = test::mla_compare(p, ref, r.out, r.lse);
   const std::string line =
       fmt::format("mla_decode [{}] splits {}: {}", label, r.splits, c.summary());
   fmt::print("{}\n", line);
@@ -303,6 +329,11 @@ void judge(const MlaData& d, const MlaReference& ref, const RunResult& r,
     CHECK(c.lse_max_abs_err <= 1e-3);
   }
   CHECK(c.checked_rows > 0);
+}
+
+void judge(const MlaData& d, const MlaReference& ref, const RunResult& r,
+           const std::string& label) {
+  judge(d.problem(), ref, r, label);
 }
 
 // Default config for the case; kUnsupportedConfig here is a failure (every page size and
@@ -698,3 +729,129 @@ TEST_CASE("mla_decode with 32-key tiles and a 4-stage ring", "[gpu][mla_decode]"
         check_case(c, 3, 0, &cfg);  // split edges off the tile grid
       }
 }
+
+namespace {
+
+// A ragged call built from padded data whose q_len is the bound: sequence i keeps its
+// first q_lens[i] tokens (0 allowed), packed back to back into q [total_q, h, 576], with
+// `tail` more rows after the last sequence that belong to none. Each sequence is judged
+// against the float64 reference of that sequence alone (its own q_len sets its causal
+// rule); out and lse rows of no sequence must keep their poison.
+void check_ragged(const MlaCase& c, const std::vector<int>& q_lens, int num_splits,
+                  const MlaDecodeConfig& cfg, int tail = 2) {
+  REQUIRE(q_lens.size() == c.lens.size());
+  INFO(c.describe() << " q_lens [" << fmt::format("{}", fmt::join(q_lens, ",")) << "] splits "
+                    << num_splits);
+  MlaData d(c);
+  const int b = c.batch(), h = c.heads;
+  std::vector<int32_t> offsets(static_cast<size_t>(b) + 1, 0);
+  for (int i = 0; i < b; ++i) offsets[i + 1] = offsets[i] + q_lens[static_cast<size_t>(i)];
+  const int total_q = offsets.back() + tail;
+  const size_t q_row = static_cast<size_t>(h) * test::kMlaQkDim;  // one token's q values
+  const size_t o_row = static_cast<size_t>(h) * test::kMlaVDim;
+  std::vector<uint16_t> q(static_cast<size_t>(total_q) * q_row, 0x3C00);  // tail: 1.0 / 1.0
+  for (int i = 0; i < b; ++i)
+    for (int t = 0; t < q_lens[static_cast<size_t>(i)]; ++t) {
+      const std::vector<uint16_t> bits = d.token_bits(i, t);
+      std::copy(bits.begin(), bits.end(), q.begin() + (offsets[i] + t) * q_row);
+    }
+  DeviceBuffer q_d(q.size() * 2), off_d(offsets.size() * 4),
+      out_d(static_cast<size_t>(total_q) * o_row * 2), lse_d(static_cast<size_t>(h) * total_q * 4);
+  q_d.upload(q);
+  off_d.upload(offsets);
+
+  MlaDecodeArgs a;
+  a.q = TensorView::contiguous(q_d.data(), c.dtype, {total_q, h, test::kMlaQkDim});
+  a.q_offsets = TensorView::contiguous(off_d.data(), DType::kI32, {b + 1});
+  a.max_q_len = c.q_len;
+  a.kv_cache = TensorView::contiguous(d.cache_buffer().data(), c.dtype,
+                                      {d.num_pages(), c.page_size, test::kMlaQkDim});
+  a.block_table = TensorView::contiguous(d.table_buffer().data(), DType::kI32, {b, d.max_pages()});
+  a.cache_lens = TensorView::contiguous(d.lens_buffer().data(), DType::kI32, {b});
+  a.out = TensorView::contiguous(out_d.data(), c.dtype, {total_q, h, test::kMlaVDim});
+  a.lse = TensorView::contiguous(lse_d.data(), DType::kF32, {h, total_q});
+  a.softmax_scale = static_cast<float>(c.scale);
+  a.num_splits = num_splits;
+  const int splits = mla_decode_num_splits(a);
+  const size_t ws = mla_decode_workspace_bytes(b, c.q_len, h, splits);
+  DeviceBuffer workspace(ws);
+  workspace.fill_byte(0xFF);
+  a.workspace = ws ? workspace.data() : nullptr;
+  a.workspace_bytes = ws;
+  out_d.fill_byte(0xFF);
+  lse_d.fill_byte(0xFF);
+  mla_decode(a, nullptr, &cfg);
+  test::synchronize();
+  const auto out_bits = out_d.download_as<uint16_t>(out_d.bytes() / 2);
+  const auto lse_all = lse_d.download_as<float>(lse_d.bytes() / 4);
+  const auto lse_bits = lse_d.download_as<uint32_t>(lse_d.bytes() / 4);
+
+  for (int i = 0; i < b; ++i) {
+    const int ql = q_lens[static_cast<size_t>(i)];
+    if (ql == 0) continue;  // owns no row of q or out
+    const MlaProblem p = d.sequence_problem(i, ql);
+    RunResult r;
+    r.splits = splits;
+    r.out.resize(static_cast<size_t>(ql) * o_row);
+    for (size_t k = 0; k < r.out.size(); ++k)
+      r.out[k] = from_bits(out_bits[offsets[i] * o_row + k], c.dtype);
+    r.lse.resize(static_cast<size_t>(h) * ql);  // [1, h, q_len] from [h, total_q]
+    for (int hh = 0; hh < h; ++hh)
+      for (int t = 0; t < ql; ++t)
+        r.lse[static_cast<size_t>(hh) * ql + t] = lse_all[static_cast<size_t>(hh) * total_q + offsets[i] + t];
+    judge(p, test::mla_reference(p), r,
+          fmt::format("ragged seq {} of {}: q_len {} L {}", i, c.describe(), ql, c.lens[i]));
+  }
+  // Rows past offsets[b] belong to no sequence: untouched.
+  int64_t touched = 0;
+  for (size_t k = static_cast<size_t>(offsets.back()) * o_row; k < out_bits.size(); ++k)
+    touched += out_bits[k] != 0xFFFF;
+  for (int hh = 0; hh < h; ++hh)
+    for (int t = offsets.back(); t < total_q; ++t)
+      touched += lse_bits[static_cast<size_t>(hh) * total_q + t] != 0xFFFFFFFFu;
+  CHECK(touched == 0);
+}
+
+}  // namespace
+
+TEST_CASE("mla_decode with ragged q: per-sequence q_len, [total_q, h] rows, [h, total_q] lse",
+          "[gpu][mla_decode][ragged]") {
+  if (!test::gpu_or_skip()) return;
+  struct Shape {
+    int heads, bound;
+    MlaSchedule schedule;
+  };
+  const std::vector<Shape> shapes = {{16, 8, MlaSchedule::kSeesaw},  {128, 8, MlaSchedule::kSeesaw},
+                                     {64, 2, MlaSchedule::kSeesaw},  {128, 1, MlaSchedule::kSeesaw},
+                                     {32, 8, MlaSchedule::kSoftmaxWarpgroup}};
+  std::vector<MlaCase> cases;
+  std::vector<MlaDecodeConfig> configs;
+  for (const Shape& sh : shapes) {
+    MlaCase c;
+    c.heads = sh.heads;
+    c.q_len = sh.bound;
+    // Lengths: none, 1, shorter than the longest q_len (leading queries see nothing),
+    // partial pages, a longer random one.
+    c.lens = {0, 1, 3, 64, 130, rand_in(300, 1500), rand_in(1500, 3000)};
+    cases.push_back(c);
+    MlaDecodeConfig cfg = config_for(c);
+    cfg.schedule = sh.schedule;
+    configs.push_back(cfg);
+  }
+  prepare_all(configs);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const MlaCase& c = cases[k];
+    const int bound = c.q_len;
+    // Per-sequence q_len: the bound, 1, 0 (a sequence with no query this step), and random.
+    std::vector<int> q_lens(c.lens.size());
+    for (size_t i = 0; i < q_lens.size(); ++i) q_lens[i] = rand_in(0, bound);
+    q_lens[0] = bound;
+    q_lens[2] = bound;  // L = 3 < q_len for bounds over 3
+    q_lens[3] = 0;
+    q_lens[4] = 1;
+    check_ragged(c, q_lens, 1, configs[k]);
+    check_ragged(c, q_lens, 3, configs[k]);  // partials and the combine in the ragged layout
+    check_ragged(c, q_lens, 0, configs[k], 0);  // heuristic split, no tail rows
+  }
+}
+

@@ -1,5 +1,6 @@
 // Checked mode (ATTNJIT_CHECK=1 / set_check_mode): mla_decode validates the GPU-resident
-// lengths and block-table entries before launching and names the first bad one.
+// ragged q offsets, lengths and block-table entries before launching and names the first
+// bad one.
 #include <vector>
 
 #include "attnjit/ops/mla_decode.hpp"
@@ -22,7 +23,7 @@ struct CheckModeScope {
 
 }  // namespace
 
-TEST_CASE("mla_decode checked mode names the first bad length or table entry",
+TEST_CASE("mla_decode checked mode names the first bad offset, length or table entry",
           "[gpu][mla_decode][check]") {
   if (!test::gpu_or_skip()) return;
   const int b = 2, h = 16, pages = 4, page = 64, max_pages = 4;
@@ -62,5 +63,29 @@ TEST_CASE("mla_decode checked mode names the first bad length or table entry",
   table_d.upload(std::vector<int32_t>{0, 1, 2, 3, 3, 2, 1, -7});
   lens_d.upload(std::vector<int32_t>{200, 150});
   REQUIRE_NOTHROW(mla_decode(a, nullptr));
+  test::synchronize();
+
+  // Ragged form over the same q rows: q [2, h, 576] with offsets, bound max_q_len = 1.
+  DeviceBuffer off_d(3 * 4);
+  MlaDecodeArgs r = a;
+  r.q = TensorView::contiguous(q_d.data(), DType::kBF16, {b, h, kMlaHeadDim});
+  r.q_offsets = TensorView::contiguous(off_d.data(), DType::kI32, {b + 1});
+  r.max_q_len = 1;
+  r.out = TensorView::contiguous(out_d.data(), DType::kBF16, {b, h, 512});
+  off_d.upload(std::vector<int32_t>{0, 2, 2});  // sequence 0 has 2 tokens, over the bound 1
+  REQUIRE_ERROR(mla_decode(r, nullptr), ErrorKind::kBadArgument, "q_offsets[0..1] = 0, 2",
+                "max_q_len = 1");
+  off_d.upload(std::vector<int32_t>{0, 1, 3});  // ends past total_q = 2
+  REQUIRE_ERROR(mla_decode(r, nullptr), ErrorKind::kBadArgument, "q_offsets[1..2] = 1, 3",
+                "total_q = 2");
+  off_d.upload(std::vector<int32_t>{1, 0, 1});  // decreasing
+  REQUIRE_ERROR(mla_decode(r, nullptr), ErrorKind::kBadArgument, "q_offsets[0..1] = 1, 0");
+  // Offsets are reported before the same sequence's length.
+  lens_d.upload(std::vector<int32_t>{-5, 150});
+  off_d.upload(std::vector<int32_t>{0, 2, 2});
+  REQUIRE_ERROR(mla_decode(r, nullptr), ErrorKind::kBadArgument, "q_offsets[0..1]");
+  lens_d.upload(std::vector<int32_t>{200, 150});
+  off_d.upload(std::vector<int32_t>{0, 1, 2});
+  REQUIRE_NOTHROW(mla_decode(r, nullptr));
   test::synchronize();
 }

@@ -56,7 +56,13 @@ struct CombineKey {
   int32_t dtype, num_heads;
 };
 
-// Device-side argument block; layout must match attnjit::mla_decode::Args.
+// Device-side argument blocks; layouts must match attnjit::mla_decode::{QRows, Args,
+// CombineArgs}.
+struct QRows {
+  const void* offsets;  // null: padded
+  int q_len;            // padded q_len, or the ragged bound
+  int total_q;
+};
 struct KernelArgs {
   const void* block_table;
   const void* cache_lens;
@@ -64,7 +70,7 @@ struct KernelArgs {
   float* lse;
   float* part_out;
   float* part_lse;
-  int q_len;
+  QRows q;
   int max_pages;
   int num_splits;
   float scale_log2;
@@ -74,7 +80,7 @@ struct CombineArgs {
   const float* part_lse;
   void* out;
   float* lse;
-  int q_len;
+  QRows q;
   int num_splits;
 };
 
@@ -124,10 +130,15 @@ struct CheckKey {
 struct CheckArgs {
   const void* block_table;
   const void* cache_lens;
+  const void* q_offsets;
   unsigned long long* first_bad;
   int max_pages;
   int num_pages;
+  int total_q;
+  int max_q_len;
 };
+// What a report's low 32 bits name; mirrors mla_decode/check.cuh.
+constexpr unsigned kBadQOffsets = 0, kBadLength = 1, kBadSlot0 = 2;
 
 jit::KernelRecipe check_recipe(int page_size, Arch arch) {
   jit::KernelRecipe r;
@@ -161,34 +172,55 @@ const jit::Kernel& combine_kernel(DType dtype, int num_heads, Arch arch) {
   });
 }
 
+// Host-visible sizes of a call (check_args). Ragged: q_len is the max_q_len bound.
+struct Shapes {
+  bool ragged = false;
+  int64_t b = 0, q_len = 0, h = 0, total_q = 0, num_pages = 0, page_size = 0, max_pages = 0;
+};
+
 // Checked mode: runs the validation kernel, synchronizes, and names the first bad value.
 // Reading back is allowed here only: this is a debugging mode, never the hot path.
-void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, int64_t b, int64_t max_pages,
-                  int64_t num_pages, Arch arch, CUstream stream) {
+void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, const Shapes& s, Arch arch,
+                  CUstream stream) {
   const jit::Kernel& k = jit::get_kernel(
       jit::make_key(ops::kMlaDecodeCheckOpId, arch, CheckKey{c.page_size}),
       [&] { return check_recipe(c.page_size, arch); });
   const unsigned long long found = ops::run_device_check(stream, [&](unsigned long long* word) {
-    CheckArgs ca{a.block_table.data, a.cache_lens.data, word, static_cast<int>(max_pages),
-                 static_cast<int>(num_pages)};
+    CheckArgs ca{a.block_table.data,
+                 a.cache_lens.data,
+                 s.ragged ? a.q_offsets.data : nullptr,
+                 word,
+                 static_cast<int>(s.max_pages),
+                 static_cast<int>(s.num_pages),
+                 static_cast<int>(s.total_q),
+                 static_cast<int>(s.q_len)};
     jit::LaunchShape shape;
-    shape.grid[0] = static_cast<unsigned>(b);
+    shape.grid[0] = static_cast<unsigned>(s.b);
     shape.block[0] = 128;
     void* args[] = {&ca};
     k.launch(shape, stream, args);
   });
   if (found == ~0ull) return;
   const int batch = static_cast<int>(found >> 32);
-  const int slot = static_cast<int>(found & 0xffffffffu) - 1;
+  const unsigned what = static_cast<unsigned>(found & 0xffffffffu);
+  if (what == kBadQOffsets) {
+    const int start = ops::read_device_i32(a.q_offsets.data, batch);
+    const int end = ops::read_device_i32(a.q_offsets.data, batch + 1);
+    fail_arg("q_offsets", fmt::format("ATTNJIT_CHECK: q_offsets[{}..{}] = {}, {} must satisfy "
+                                      "0 <= start <= end <= total_q = {} and end - start <= "
+                                      "max_q_len = {}",
+                                      batch, batch + 1, start, end, s.total_q, s.q_len));
+  }
   const int len = ops::read_device_i32(a.cache_lens.data, batch);
-  if (slot < 0)
+  if (what == kBadLength)
     fail_arg("cache_lens", fmt::format("ATTNJIT_CHECK: cache_lens[{}] = {} is outside 0..{} "
                                        "(max_pages × page_size)",
-                                       batch, len, max_pages * c.page_size));
-  const int page = ops::read_device_i32(a.block_table.data, batch * max_pages + slot);
+                                       batch, len, s.max_pages * c.page_size));
+  const int slot = static_cast<int>(what - kBadSlot0);
+  const int page = ops::read_device_i32(a.block_table.data, batch * s.max_pages + slot);
   fail_arg("block_table", fmt::format("ATTNJIT_CHECK: block_table[{}][{}] = {} is not a page "
                                       "(0..{}), and cache_lens[{}] = {} makes it visible",
-                                      batch, slot, page, num_pages - 1, batch, len));
+                                      batch, slot, page, s.num_pages - 1, batch, len));
 }
 
 void check_contiguous(const TensorView& t, const char* name) {
@@ -208,27 +240,60 @@ void check_shape(const TensorView& t, const char* name, std::initializer_list<in
 }
 
 // Every host-visible rule, before anything touches the GPU.
-struct Shapes {
-  int64_t b, q_len, h, num_pages, page_size, max_pages;
-};
 Shapes check_args(const MlaDecodeArgs& a, const MlaDecodeConfig& c) {
   const TensorView& q = a.q;
-  if (q.rank != 4 || q.shape[3] != kMlaHeadDim)
-    fail_arg("q", fmt::format("must be rank 4 [b, q_len, h, {}], got {}", kMlaHeadDim, q.describe()));
+  Shapes s;
+  s.ragged = a.q_offsets.data != nullptr;
+  if (s.ragged) {
+    if (q.rank != 3 || q.shape[2] != kMlaHeadDim)
+      fail_arg("q", fmt::format("with q_offsets (ragged) must be rank 3 [total_q, h, {}], got {}",
+                                kMlaHeadDim, q.describe()));
+    const TensorView& off = a.q_offsets;
+    if (off.rank != 1 || off.shape[0] < 1)
+      fail_arg("q_offsets", fmt::format("must be rank 1 [b + 1] i32, got {}", off.describe()));
+    check_dtype(off, "q_offsets", DType::kI32);
+    check_contiguous(off, "q_offsets");
+    check_aligned(off, "q_offsets", 4);
+    if (off.device != q.device)
+      fail_arg("q_offsets", fmt::format("must be on q's device {}, got device {}", q.device,
+                                        off.device));
+    s.b = off.shape[0] - 1;
+    s.total_q = q.shape[0];
+    s.h = q.shape[1];
+    s.q_len = a.max_q_len;
+    if (s.q_len < 1 || s.q_len > c.max_q_len)
+      fail_arg("max_q_len", fmt::format("the ragged form needs the bound on every sequence's "
+                                        "q_len, 1..max_q_len = {} of the config; got {}",
+                                        c.max_q_len, a.max_q_len));
+  } else {
+    if (q.rank != 4 || q.shape[3] != kMlaHeadDim)
+      fail_arg("q", fmt::format("must be rank 4 [b, q_len, h, {}] (or rank 3 [total_q, h, {}] "
+                                "with q_offsets), got {}",
+                                kMlaHeadDim, kMlaHeadDim, q.describe()));
+    s.b = q.shape[0];
+    s.q_len = q.shape[1];
+    s.h = q.shape[2];
+    s.total_q = s.b * s.q_len;
+    if (s.q_len < 1 || s.q_len > c.max_q_len)
+      fail_arg("q", fmt::format("q_len {} is outside 1..max_q_len = {} of the config", s.q_len,
+                                c.max_q_len));
+    if (a.max_q_len != 0 && a.max_q_len != s.q_len)
+      fail_arg("max_q_len", fmt::format("is for the ragged form (q_offsets); padded q takes its "
+                                        "q_len {} from q's shape, got max_q_len = {}",
+                                        s.q_len, a.max_q_len));
+  }
   if (q.dtype != DType::kBF16 && q.dtype != DType::kF16)
     fail_arg("q", fmt::format("must be bf16 or f16, got {}", to_string(q.dtype)));
-  Shapes s{q.shape[0], q.shape[1], q.shape[2], 0, 0, 0};
   check_contiguous(q, "q");
   check_aligned(q, "q", 16);
-  if (s.q_len < 1 || s.q_len > c.max_q_len)
-    fail_arg("q", fmt::format("q_len {} is outside 1..max_q_len = {} of the config", s.q_len,
-                              c.max_q_len));
   if (s.h != c.num_heads)
     fail_arg("q", fmt::format("has {} heads but the config was built for num_heads = {}", s.h,
                               c.num_heads));
   if (q.dtype != c.dtype)
     fail_arg("q", fmt::format("dtype {} does not match the config's dtype {}", to_string(q.dtype),
                               to_string(c.dtype)));
+  if (s.total_q * s.h > INT32_MAX)  // q rows are int32 TMA coordinates
+    fail_arg("q", fmt::format("holds {} × {} query rows, over 2^31", s.total_q, s.h));
 
   const TensorView& kv = a.kv_cache;
   if (kv.rank != 3 || kv.shape[2] != kMlaHeadDim)
@@ -261,19 +326,25 @@ Shapes check_args(const MlaDecodeArgs& a, const MlaDecodeConfig& c) {
   check_contiguous(a.cache_lens, "cache_lens");
   check_aligned(a.cache_lens, "cache_lens", 4);
 
-  check_shape(a.out, "out", {s.b, s.q_len, s.h, kMlaValueDim}, "rank 4 [b, q_len, h, 512] like q");
+  if (s.ragged)
+    check_shape(a.out, "out", {s.total_q, s.h, kMlaValueDim}, "rank 3 [total_q, h, 512] like q");
+  else
+    check_shape(a.out, "out", {s.b, s.q_len, s.h, kMlaValueDim}, "rank 4 [b, q_len, h, 512] like q");
   check_dtype(a.out, "out", q.dtype);
   check_contiguous(a.out, "out");
   check_aligned(a.out, "out", 16);
 
   if (a.lse.data != nullptr) {
-    check_shape(a.lse, "lse", {s.b, s.h, s.q_len}, "rank 3 [b, h, q_len] f32");
+    if (s.ragged)
+      check_shape(a.lse, "lse", {s.h, s.total_q}, "rank 2 [h, total_q] f32 (ragged)");
+    else
+      check_shape(a.lse, "lse", {s.b, s.h, s.q_len}, "rank 3 [b, h, q_len] f32");
     check_dtype(a.lse, "lse", DType::kF32);
     check_contiguous(a.lse, "lse");
     check_aligned(a.lse, "lse", 4);
   }
-  for (const TensorView* t : {&a.kv_cache, &a.block_table, &a.cache_lens, &a.out})
-    if (t->device != q.device)
+  for (const TensorView* t : {&a.kv_cache, &a.block_table, &a.cache_lens, &a.out, &a.lse})
+    if (t->data != nullptr && t->device != q.device)
       fail_arg("tensors", fmt::format("must all be on q's device {}, found one on device {}",
                                       q.device, t->device));
   if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale))
@@ -415,12 +486,42 @@ size_t mla_decode_workspace_bytes(int batch, int q_len, int num_heads, int num_s
   return out + (rows * sizeof(float) + 15) / 16 * 16;  // partial outputs, then their lse
 }
 
+namespace mla_detail {
+
+CallShape call_shape(const MlaDecodeArgs& a) {
+  CallShape cs;
+  if (a.q_offsets.data != nullptr) {
+    if (a.q.rank != 3 || a.q_offsets.rank != 1) return cs;
+    cs.ragged = true;
+    cs.b = a.q_offsets.shape[0] - 1;
+    cs.q_len = a.max_q_len;
+    cs.h = a.q.shape[1];
+  } else {
+    if (a.q.rank != 4) return cs;
+    cs.b = a.q.shape[0];
+    cs.q_len = a.q.shape[1];
+    cs.h = a.q.shape[2];
+  }
+  cs.ok = true;
+  return cs;
+}
+
+}  // namespace mla_detail
+
 int mla_decode_num_splits(const MlaDecodeArgs& args) {
   if (args.num_splits > 0) return args.num_splits;
-  if (args.q.rank != 4 || args.block_table.rank != 2 || args.kv_cache.rank != 3)
-    fail_arg("args", "q, block_table and kv_cache must be set (rank 4, 2, 3) to size the split");
-  const Shapes s{args.q.shape[0],        args.q.shape[1],        args.q.shape[2],
-                 args.kv_cache.shape[0], args.kv_cache.shape[1], args.block_table.shape[1]};
+  const mla_detail::CallShape cs = mla_detail::call_shape(args);
+  if (!cs.ok || args.block_table.rank != 2 || args.kv_cache.rank != 3)
+    fail_arg("args", "q (rank 4, or rank 3 with q_offsets rank 1), block_table (rank 2) and "
+                     "kv_cache (rank 3) must be set to size the split");
+  Shapes s;
+  s.ragged = cs.ragged;
+  s.b = cs.b;
+  s.q_len = cs.q_len;
+  s.h = cs.h;
+  s.num_pages = args.kv_cache.shape[0];
+  s.page_size = args.kv_cache.shape[1];
+  s.max_pages = args.block_table.shape[1];
   const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
   return default_splits(s, args.q.dtype, args.max_len_hint, info.sm_count);
 }
@@ -434,18 +535,21 @@ void mla_decode_prepare(const MlaDecodeConfig& config) {
 }
 
 void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* config) {
-  if (a.q.rank != 4)
-    fail_arg("q", fmt::format("must be rank 4 [b, q_len, h, {}], got {}", kMlaHeadDim, a.q.describe()));
+  if (!mla_detail::call_shape(a).ok)
+    fail_arg("q", fmt::format("must be rank 4 [b, q_len, h, {}], or rank 3 [total_q, h, {}] with "
+                              "q_offsets rank 1 [b + 1]; got q {} and q_offsets {}",
+                              kMlaHeadDim, kMlaHeadDim, a.q.describe(), a.q_offsets.describe()));
   const MlaDecodeConfig c = config ? *config : mla_decode_selected_config(a);
   c.validate();
   const Shapes s = check_args(a, c);
   if (a.num_splits > 0) check_workspace(a, s, a.num_splits);
+  if (s.b == 0 || s.total_q == 0) return;  // no query rows: nothing to write
 
-  // Tensor maps: q as [b·q_len·h, 576] and the page pool as [pages·page_size, 576], both
+  // Tensor maps: q as [total_q·h, 576] and the page pool as [pages·page_size, 576], both
   // in 128B-swizzled boxes of 64 columns (one swizzle span).
   const int elems_per_span = 128 / dtype_bytes(c.dtype);
   TmaMapSpec q_spec;
-  q_spec.tensor = TensorView::contiguous(a.q.data, c.dtype, {s.b * s.q_len * s.h, kMlaHeadDim},
+  q_spec.tensor = TensorView::contiguous(a.q.data, c.dtype, {s.total_q * s.h, kMlaHeadDim},
                                          a.q.device);
   q_spec.box[0] = static_cast<uint32_t>(c.block_m);
   q_spec.box[1] = static_cast<uint32_t>(elems_per_span);
@@ -459,7 +563,6 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   kv_spec.l2_promotion = TmaL2Promotion::k256B;
   validate_tma(q_spec, "q");
   validate_tma(kv_spec, "kv_cache");
-  if (s.b == 0) return;
 
   const CUdevice dev = driver::current_device();
   if (a.q.device != static_cast<int>(dev))
@@ -472,19 +575,21 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   const jit::Kernel& main = main_kernel(c, arch);
   const jit::Kernel* combine = splits > 1 ? &combine_kernel(c.dtype, c.num_heads, arch) : nullptr;
 
-  if (check_mode()) device_check(a, c, s.b, s.max_pages, s.num_pages, arch, stream);
+  if (check_mode()) device_check(a, c, s, arch, stream);
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
   const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
   const size_t part_rows = static_cast<size_t>(s.b * splits * s.q_len * s.h);
   float* part_out = splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
   float* part_lse = splits > 1 ? part_out + part_rows * kMlaValueDim : nullptr;
+  const QRows q_rows{s.ragged ? a.q_offsets.data : nullptr, static_cast<int>(s.q_len),
+                     static_cast<int>(s.total_q)};
   KernelArgs ka{a.block_table.data,
                 a.cache_lens.data,
                 a.out.data,
                 static_cast<float*>(a.lse.data),
                 part_out,
                 part_lse,
-                static_cast<int>(s.q_len),
+                q_rows,
                 static_cast<int>(s.max_pages),
                 splits,
                 a.softmax_scale * 1.4426950408889634f};
@@ -498,8 +603,8 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   main.launch(shape, stream, main_args);
   if (combine == nullptr) return;
 
-  CombineArgs ca{part_out, part_lse, a.out.data, static_cast<float*>(a.lse.data),
-                 static_cast<int>(s.q_len), splits};
+  CombineArgs ca{part_out, part_lse, a.out.data, static_cast<float*>(a.lse.data), q_rows,
+                 splits};
   jit::LaunchShape cshape;
   cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
   cshape.grid[1] = static_cast<unsigned>(s.b);

@@ -172,15 +172,14 @@ Choice lookup(DType dtype, int64_t b, int64_t q_len, int64_t h, int64_t page, in
 MlaDecodeConfig mla_decode_selected_config(const MlaDecodeArgs& a) {
   // Exactly what mla_decode picked before tuning existed, for any args (even bad ones:
   // the argument checks that follow report those).
+  const mla_detail::CallShape cs = mla_detail::call_shape(a);
   const MlaDecodeConfig fallback = mla_decode_default_config(
-      a.q.dtype, a.q.rank == 4 ? static_cast<int>(a.q.shape[2]) : 0,
-      a.q.rank == 4 ? static_cast<int>(a.q.shape[1]) : 0,
+      a.q.dtype, static_cast<int>(cs.h), static_cast<int>(cs.q_len),
       a.kv_cache.rank == 3 ? static_cast<int>(a.kv_cache.shape[1]) : 0);
-  if (a.q.rank != 4 || a.kv_cache.rank != 3 || a.block_table.rank != 2) return fallback;
+  if (!cs.ok || a.kv_cache.rank != 3 || a.block_table.rank != 2) return fallback;
   const int64_t page = a.kv_cache.shape[1];
   const int64_t max_len = a.max_len_hint > 0 ? a.max_len_hint : a.block_table.shape[1] * page;
-  const mla_tuning::Choice t =
-      mla_tuning::lookup(a.q.dtype, a.q.shape[0], a.q.shape[1], a.q.shape[2], page, max_len);
+  const mla_tuning::Choice t = mla_tuning::lookup(a.q.dtype, cs.b, cs.q_len, cs.h, page, max_len);
   return t.found ? t.config : fallback;
 }
 

@@ -3,18 +3,24 @@
 // flare_mla_decoding). One latent KV head of 576 dims per token (512 latent + 64 rope);
 // V is the first 512 dims of the same cache row, read from the same shared-memory tile.
 //
-//   q          [b, q_len, h, 576]        bf16/f16, last dim contiguous
+//   q          [b, q_len, h, 576]        bf16/f16, last dim contiguous (padded form)
+//              [total_q, h, 576]         ragged form: sequence i owns rows
+//                                        [q_offsets[i], q_offsets[i+1]), at most max_q_len
+//   q_offsets  [b + 1]                   i32, ragged form only (nondecreasing, within total_q)
 //   kv_cache   [num_pages, page_size, 576] same dtype, contiguous rows
 //   block_table[b, max_pages]            i32, pages in any order
 //   cache_lens [b]                       i32; each includes the sequence's q_len new tokens
-//   out        [b, q_len, h, 512]        q's dtype
-//   lse        [b, h, q_len]             f32, optional (natural log; -inf for a row with no key)
+//   out        [b, q_len, h, 512]        q's dtype; ragged: [total_q, h, 512]
+//   lse        [b, h, q_len]             f32, optional (natural log; -inf for a row with no
+//                                        key); ragged: [h, total_q]
 //
-// Causal when q_len > 1: query i sees keys 0 .. L - q_len + i. A row that sees no key
-// gives out = 0 exactly and lse = -inf. Cache rows past a sequence's length may hold
-// anything (NaN included): they never reach the output. Lengths and table entries live on
-// the GPU and are never read by the host; the kernel stays inside the page pool whatever
-// they hold.
+// Causal when the kernel's max_q_len > 1: query i of a sequence with q_len queries sees
+// keys 0 .. L - q_len + i (ragged: each sequence's own q_len). A row that sees no key gives
+// out = 0 exactly and lse = -inf. Cache rows past a sequence's length may hold anything
+// (NaN included): they never reach the output. Lengths, offsets and table entries live on
+// the GPU and are never read by the host; the kernel stays inside q, out and the page pool
+// whatever they hold (ragged rows not covered by any sequence are left untouched), and
+// ATTNJIT_CHECK=1 reports the first bad one.
 #include <cuda.h>
 
 #include <cstddef>
@@ -61,7 +67,11 @@ struct MlaDecodeConfig {
 };
 
 struct MlaDecodeArgs {
-  TensorView q;
+  TensorView q;                // rank 4 (padded) or rank 3 with q_offsets (ragged)
+  TensorView q_offsets;        // ragged form: [b + 1] i32 row offsets into q/out/lse;
+                               // data == nullptr: padded
+  int max_q_len = 0;           // ragged form (required there): bound on every sequence's
+                               // q_len, 1..8; it sizes the grid. Padded: 0 or q.shape[1].
   TensorView kv_cache;
   TensorView block_table;
   TensorView cache_lens;
@@ -88,7 +98,8 @@ MlaDecodeConfig mla_decode_selected_config(const MlaDecodeArgs& args);
 // grid is fixed for fixed shapes (CUDA-graph capturable).
 int mla_decode_num_splits(const MlaDecodeArgs& args);
 
-// Workspace bytes for a call with these shapes and split count (0 when unsplit).
+// Workspace bytes for a call with these shapes and split count (0 when unsplit); ragged
+// calls pass their max_q_len as q_len.
 size_t mla_decode_workspace_bytes(int batch, int q_len, int num_heads, int num_splits);
 
 // Compiles/loads the main and combine kernels for `config` on the current device.
