@@ -312,8 +312,9 @@ MlaReference reference_for(const MlaData& d) {
 }
 
 // Judges one run; prints the numbers (the worst row included) so the GPU log shows them.
+// some_keys: at least one row sees a key, so the numeric checks cover something.
 void judge(const MlaProblem& p, const MlaReference& ref, const RunResult& r,
-           const std::string& label) {
+           const std::string& label, bool some_keys = true) {
   const MlaComparison c = test::mla_compare(p, ref, r.out, r.lse);
   const std::string line =
       fmt::format("mla_decode [{}] splits {}: {}", label, r.splits, c.summary());
@@ -328,7 +329,7 @@ void judge(const MlaProblem& p, const MlaReference& ref, const RunResult& r,
     CHECK(c.lse_wrong_inf == 0);
     CHECK(c.lse_max_abs_err <= 1e-3);
   }
-  CHECK(c.checked_rows > 0);
+  if (some_keys) CHECK(c.checked_rows > 0);
 }
 
 void judge(const MlaData& d, const MlaReference& ref, const RunResult& r,
@@ -799,8 +800,11 @@ void check_ragged(const MlaCase& c, const std::vector<int>& q_lens, int num_spli
     for (int hh = 0; hh < h; ++hh)
       for (int t = 0; t < ql; ++t)
         r.lse[static_cast<size_t>(hh) * ql + t] = lse_all[static_cast<size_t>(hh) * total_q + offsets[i] + t];
+    // L = 0 leaves every row of the sequence empty: only the structural checks apply.
+    const bool some_keys = test::mla_visible_keys(c.lens[i], ql, ql - 1) > 0;
     judge(p, test::mla_reference(p), r,
-          fmt::format("ragged seq {} of {}: q_len {} L {}", i, c.describe(), ql, c.lens[i]));
+          fmt::format("ragged seq {} of {}: q_len {} L {}", i, c.describe(), ql, c.lens[i]),
+          some_keys);
   }
   // Rows past offsets[b] belong to no sequence: untouched.
   int64_t touched = 0;
