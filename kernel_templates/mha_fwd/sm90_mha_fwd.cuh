@@ -112,6 +112,7 @@ template <Params P, bool kMasked>
 ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                                  const RowRule<P>& rule, int key0, const Args& a) {
   constexpr bool kFused = P.score_mod == Mod::kNone;
+  constexpr int kPolyEvery = P.head_dim <= 64 ? 4 : 0;  // share of exp2 on the FMA pipe
   const int tid = thread_in_warpgroup();
   float tile_max[2] = {neg_inf(), neg_inf()};
 #pragma unroll
@@ -141,9 +142,13 @@ ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float
 #pragma unroll
   for (int i = 0; i < P.block_n / 2; ++i) {
     const int r = (i / 2) % 2;
+    const float x = kFused ? fmaf(sc[i], a.scale_log2, neg_m[r]) : sc[i] + neg_m[r];
     // ex2.approx.ftz: weights below 2^-126 are 0 next to the row max's 1 (exp2f spends
-    // three more instructions per element on them; d64 tiles are ALU-bound).
-    const float p = kFused ? exp2_ftz(fmaf(sc[i], a.scale_log2, neg_m[r])) : exp2_ftz(sc[i] + neg_m[r]);
+    // three more instructions per element on them). At d64 the exponentials take as long
+    // on the MUFU as the tile's GEMMs on the tensor cores: one in kPolyEvery goes to the
+    // FMA pipe instead (unmasked tiles only: exp2_poly needs finite arguments).
+    const float p = kPolyEvery > 0 && !kMasked && i % kPolyEvery == kPolyEvery - 1 ? exp2_poly(x)
+                                                                                   : exp2_ftz(x);
     sc[i] = p;
     rs.l[r] += p;
   }
