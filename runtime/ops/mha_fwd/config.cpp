@@ -191,6 +191,13 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
 
 namespace ops {
 
+int mha_short_causal_block_n(const MhaFwdConfig& base, int64_t s_k) {
+  if (base.mask != MaskKind::kCausal || base.kv_layout == KvLayout::kPaged || s_k <= 0) return 0;
+  if (base.head_dim == 64 && base.head_dim_v == 64 && s_k <= 4096) return 64;
+  if (base.head_dim == 128 && base.head_dim_v == 128 && s_k <= 2048) return 128;
+  return 0;
+}
+
 jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch) {
   jit::KernelRecipe r;
   r.source.op = "mha_fwd";

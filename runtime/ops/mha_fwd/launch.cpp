@@ -528,8 +528,15 @@ OpSpec mha_fwd_op_spec() {
     const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
     for (DType dt : {DType::kBF16, DType::kF16})
       for (auto [d, dv] : dims)
-        for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal})
-          add(mha_fwd_default_config(dt, d, dv, m, false, KvLayout::kContiguous, 0));
+        for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal}) {
+          MhaFwdConfig c = mha_fwd_default_config(dt, d, dv, m, false, KvLayout::kContiguous, 0);
+          add(c);
+          // The smaller tile mha_fwd_selected_config picks for short causal calls.
+          if (const int n = mha_short_causal_block_n(c, 1024); n > 0) {
+            c.block_n = n;
+            add(c);
+          }
+        }
     for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal}) {
       add(mha_fwd_default_config(DType::kBF16, 128, 128, m, true, KvLayout::kContiguous, 0));
       add(mha_fwd_default_config(DType::kBF16, 128, 128, m, false, KvLayout::kPaged, 64));
