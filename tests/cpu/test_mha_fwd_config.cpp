@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attnjit/ops/mha_fwd.hpp"
+#include "ops/mha_fwd/config.hpp"
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
 #include "support/errors.hpp"
@@ -212,6 +213,38 @@ TEST_CASE("mha_fwd config JSON round-trips and rejects unknown or mistyped field
                 "'dtype'");
   REQUIRE_ERROR(MhaFwdConfig::from_json("[1,2]"), ErrorKind::kUnsupportedConfig, "JSON object");
   REQUIRE_ERROR(MhaFwdConfig::from_json("{"), ErrorKind::kUnsupportedConfig, "invalid JSON");
+}
+
+TEST_CASE("mha_fwd short calls take a smaller key tile only where it pays",
+          "[config][mha_fwd]") {
+  auto tile = [](int d, MaskKind m, int64_t s_k, KvLayout l = KvLayout::kContiguous) {
+    const MhaFwdConfig base = mha_fwd_default_config(DType::kBF16, d, d, m, false, l,
+                                                     l == KvLayout::kPaged ? 64 : 0);
+    const int n = ops::mha_short_call_block_n(base, s_k);
+    if (n > 0) {  // whatever it picks is a valid config of the same features
+      MhaFwdConfig c = base;
+      c.block_n = n;
+      CHECK_NOTHROW(c.validate());
+    }
+    return n;
+  };
+  // d64 causal: 64 keys up to 4k (the diagonal tile's masked half), then the default.
+  CHECK(tile(64, MaskKind::kCausal, 1024) == 64);
+  CHECK(tile(64, MaskKind::kCausal, 4096) == 64);
+  CHECK(tile(64, MaskKind::kCausal, 8192) == 0);
+  CHECK(tile(64, MaskKind::kNone, 1024) == 0);
+  // d128 causal: 128 keys up to 2k.
+  CHECK(tile(128, MaskKind::kCausal, 1024) == 128);
+  CHECK(tile(128, MaskKind::kCausal, 4096) == 0);
+  // d128 unmasked: only where 192-key tiles leave a wasteful partial last tile.
+  CHECK(tile(128, MaskKind::kNone, 1024) == 128);  // 5⅓ tiles of 192: 12.5 % padding
+  CHECK(tile(128, MaskKind::kNone, 1536) == 0);    // 8 whole tiles
+  CHECK(tile(128, MaskKind::kNone, 2048) == 0);    // 3 % padding
+  // Other head dims, masks and layouts keep the default; so does an unknown length.
+  CHECK(tile(256, MaskKind::kCausal, 1024) == 0);
+  CHECK(tile(128, MaskKind::kWindow, 1024) == 0);
+  CHECK(tile(128, MaskKind::kCausal, 1024, KvLayout::kPaged) == 0);
+  CHECK(tile(128, MaskKind::kCausal, 0) == 0);
 }
 
 TEST_CASE("the registry describes mha_fwd and its default set", "[config][registry][mha_fwd]") {

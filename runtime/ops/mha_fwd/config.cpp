@@ -191,11 +191,16 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
 
 namespace ops {
 
-int mha_short_causal_block_n(const MhaFwdConfig& base, int64_t s_k) {
-  if (base.mask != MaskKind::kCausal || base.kv_layout == KvLayout::kPaged || s_k <= 0) return 0;
-  if (base.head_dim == 64 && base.head_dim_v == 64 && s_k <= 4096) return 64;
-  if (base.head_dim == 128 && base.head_dim_v == 128 && s_k <= 2048) return 128;
-  return 0;
+int mha_short_call_block_n(const MhaFwdConfig& base, int64_t s_k) {
+  const bool causal = base.mask == MaskKind::kCausal;
+  if ((!causal && base.mask != MaskKind::kNone) || base.kv_layout == KvLayout::kPaged || s_k <= 0)
+    return 0;
+  if (causal && base.head_dim == 64 && base.head_dim_v == 64 && s_k <= 4096) return 64;
+  if (base.head_dim != 128 || base.head_dim_v != 128 || s_k > 2048 || base.block_n <= 128) return 0;
+  if (causal) return 128;
+  // Unmasked: only where base's last tile wastes over 5 % of the keys more than 128's would.
+  auto padded = [s_k](int64_t n) { return (s_k + n - 1) / n * n; };
+  return (padded(base.block_n) - padded(128)) * 20 > s_k ? 128 : 0;
 }
 
 jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch) {

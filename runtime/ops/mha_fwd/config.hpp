@@ -24,13 +24,15 @@ struct MhaCombineConfig {
   static MhaCombineConfig from_json(const nlohmann::json& j);  // validates
 };
 
-// The key tile for a causal call whose keys per sequence are at most `s_k` when it is short
-// enough for a smaller tile to pay, else 0 (keep base's). A row block's diagonal tile is
-// half masked on average, so a tile of block_n keys wastes about block_n / 2 of the ~s_k / 2
-// keys a row sees: at 1k keys the default 240-key d64 tile wastes a quarter of the work.
-// Measured on an H100 (docs/bench-notes.md): d64 causal 64 keys up to 4k, d128 causal 128
-// keys up to 2k. Contiguous KV only (paged tiles are powers of two already).
-int mha_short_causal_block_n(const MhaFwdConfig& base, int64_t s_k);
+// The key tile for a call whose keys per sequence are at most `s_k` when it is short enough
+// for a smaller tile to pay, else 0 (keep base's). Two kinds of waste shrink with the tile:
+// under a causal mask a row block's diagonal tile is half masked on average (about n / 2 of
+// the ~s_k / 2 keys a row sees: a quarter of d64's work at 1k keys with 240-key tiles), and
+// a last tile that s_k fills only partly (1024 keys = 5⅓ tiles of 192). Measured on an H100
+// (docs/bench-notes.md): d64 causal 64 keys up to 4k; d128 128 keys up to 2k when causal,
+// and when unmasked where base's partial last tile wastes over 5 % more keys than 128's.
+// Contiguous KV, masks none and causal only (paged tiles are powers of two already).
+int mha_short_call_block_n(const MhaFwdConfig& base, int64_t s_k);
 
 jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch);
 jit::KernelRecipe mha_combine_recipe(const MhaCombineConfig& c, Arch arch);

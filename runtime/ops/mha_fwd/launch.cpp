@@ -531,8 +531,8 @@ OpSpec mha_fwd_op_spec() {
         for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal}) {
           MhaFwdConfig c = mha_fwd_default_config(dt, d, dv, m, false, KvLayout::kContiguous, 0);
           add(c);
-          // The smaller tile mha_fwd_selected_config picks for short causal calls.
-          if (const int n = mha_short_causal_block_n(c, 1024); n > 0) {
+          // The smaller tile mha_fwd_selected_config picks for short calls.
+          if (const int n = mha_short_call_block_n(c, 1024); n > 0) {
             c.block_n = n;
             add(c);
           }

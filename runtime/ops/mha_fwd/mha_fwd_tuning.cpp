@@ -279,8 +279,8 @@ MhaFwdConfig mha_fwd_selected_config(const MhaFwdArgs& args, MhaFwdConfig base) 
   if (!sizes) return base;
   const mha_tuning::Choice t = mha_tuning::lookup(base, *sizes);
   if (t.found) return mha_tuning::apply(base, t.block_n, t.stages).value_or(base);
-  // No tuned entry: short causal calls take a smaller key tile when it pays.
-  if (const int n = ops::mha_short_causal_block_n(base, sizes->s_k); n > 0)
+  // No tuned entry: short calls take a smaller key tile where it pays.
+  if (const int n = ops::mha_short_call_block_n(base, sizes->s_k); n > 0)
     return mha_tuning::apply(base, n, base.stages).value_or(base);
   return base;
 }
