@@ -99,8 +99,10 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
 // The config to call with for these shapes: `base` (e.g. mha_fwd_default_config plus the
 // call's group, sink, score mod) with the key tile and ring depth (block_n, stages) of the
 // tuning database's winner for the shapes' bucket on this GPU (attnjit/tuning.hpp,
-// docs/tuning.md) when it has one and it validates with base's features; else `base`.
-// Every other field of `base` is kept. Masks other than none and causal: `base`.
+// docs/tuning.md) when it has one and it validates with base's features. Without a tuned
+// entry, short calls get a smaller key tile where the key count makes it pay (d64 causal up
+// to 4k keys: 64; d128 up to 2k: 128 — see docs/bench-notes.md); else `base`. Every other
+// field of `base` is kept. Masks other than none and causal: `base`.
 MhaFwdConfig mha_fwd_selected_config(const MhaFwdArgs& args, MhaFwdConfig base);
 
 // The split count a call with `args` and `config` will use: args.num_splits when set, else
