@@ -1,8 +1,9 @@
 // mha_fwd's autotuning on the CPU: its search space enumerates valid canonical candidates
-// (the default first, equal to mha_fwd_default_config plus the shape's group), pruning says
-// why (shared memory, the register rule, splits off decode-like shapes, splits past the KV
-// tiles), buckets group shapes as docs/tuning.md says, and the runtime's selection keeps
-// every feature field of the caller's config and falls back without a database.
+// (the default first: mha_fwd_default_config plus the shape's group and short-call tile),
+// pruning says why (shared memory, the register rule, splits off decode-like shapes, splits
+// past the KV tiles), buckets group shapes as docs/tuning.md says, and the runtime's
+// selection keeps every feature field of the caller's config and falls back without a
+// database.
 #include <set>
 #include <utility>
 
@@ -119,7 +120,8 @@ TEST_CASE("tune mha_fwd: static pruning names the rule (shared memory, registers
     if (c != tiny.default_candidate) CHECK(c["block_n"].get<int>() < 64 + 16);
 }
 
-TEST_CASE("tune mha_fwd: the default candidate is mha_fwd_default_config with the shape's group",
+TEST_CASE("tune mha_fwd: the default candidate is mha_fwd_default_config with the shape's group "
+          "(and the short-call tile)",
           "[tune]") {
   const ops::TuningSpec& t = ops::find_op("mha_fwd").tuning;
   for (auto [d, dv] : std::vector<std::pair<int, int>>{{64, 64}, {128, 128}, {256, 256}, {192, 128}})
@@ -132,6 +134,10 @@ TEST_CASE("tune mha_fwd: the default candidate is mha_fwd_default_config with th
       want["num_splits"] = 0;
       CHECK(c == want);
     }
+  // A short causal row: the smaller tile mha_fwd_selected_config runs without a DB entry.
+  json short_row = row(64, 64, 1);
+  short_row["s_q"] = short_row["s_k"] = 1024;
+  CHECK(t.default_candidate(t.canonical_shape(short_row))["block_n"] == 64);
   MhaFwdConfig dec = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, false,
                                             KvLayout::kContiguous, 0);
   dec.group = 8;

@@ -292,7 +292,14 @@ TuningSpec mha_fwd_tuning_spec() {
   t.shape_keys = kShapeKeys;
   t.canonical_shape = canonical_shape;
   t.bucket = bucket;
-  t.default_candidate = [](const json& shape) { return candidate_json(default_config_of(shape), 0); };
+  // The default candidate is what a call without a tuned entry runs: the op's default config,
+  // with mha_fwd_selected_config's smaller tile for short calls.
+  t.default_candidate = [](const json& shape) {
+    MhaFwdConfig c = default_config_of(shape);
+    if (const int n = ops::mha_short_call_block_n(c, shape.at("s_k").get<int64_t>()); n > 0)
+      c.block_n = n;
+    return candidate_json(c, 0);
+  };
   t.search_space = search_space;
   t.prune = prune;
   t.runtime_fields = {"num_splits"};
