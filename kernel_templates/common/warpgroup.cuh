@@ -78,13 +78,6 @@ ATTNJIT_DEVICE void wgmma_wait() {
 // Compiler-only fence on one register: the empty asm "reads and writes" x, so the
 // optimizer cannot move other accesses of x across it (e.g. hoist an accumulator read
 // above wgmma_wait, or sink an initialization below wgmma_fence). Emits no instruction.
-// x, with the compiler unable to see that it is: values derived from it are recomputed
-// where it is used instead of being kept live from an earlier use.
-ATTNJIT_DEVICE int opaque(int x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-
 ATTNJIT_DEVICE void wgmma_fence_operand(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 ATTNJIT_DEVICE void wgmma_fence_operand(u32& x) { asm volatile("" : "+r"(x)::"memory"); }
 

@@ -1,5 +1,5 @@
 #pragma once
-// mha_fwd: where a unit's work lies (sequence, head, rows, KV tiles of its split) and the
+// mha_fwd: where a CTA's work lies (sequence, head, rows, KV tiles of its split) and the
 // per-row visibility and score rules. Everything a CTA derives from GPU-resident lengths is
 // clamped here, so the kernel stays inside q/out and the page pool whatever they hold.
 //
@@ -15,7 +15,6 @@
 #include "common/arch.cuh"
 #include "common/numeric.cuh"
 #include "mha_fwd/params.cuh"
-#include "mha_fwd/schedule.cuh"
 
 namespace attnjit::mha_fwd {
 
@@ -56,14 +55,17 @@ ATTNJIT_DEVICE int key_hi(int ip, int s_k, const Args& a) {
 }
 
 template <Params P>
-ATTNJIT_DEVICE Work<P> locate(const Args& a, const Unit& u) {
+ATTNJIT_DEVICE Work<P> locate(const Args& a) {
   using T = Traits<P>;
   Work<P> w;
-  w.batch = u.z / a.num_splits;
-  w.split = u.z % a.num_splits;
-  w.head = u.head;
+  const int z = static_cast<int>(blockIdx.z);
+  w.batch = z / a.num_splits;
+  w.split = z % a.num_splits;
+  w.head = static_cast<int>(blockIdx.y);
   w.kv_head = T::kPacked ? w.head : w.head / (a.h_q / a.h_kv);
-  w.row0 = u.m_block * P.block_m;
+  // Causal-like masks make later row blocks longer: launch those first (longest first).
+  const int x = static_cast<int>(blockIdx.x);
+  w.row0 = (T::kCausalLike ? a.m_tiles - 1 - x : x) * P.block_m;
 
   if constexpr (P.ragged) {
     w.q_row0 = clampi(a.q_offsets[w.batch], 0, a.total_q);

@@ -27,7 +27,6 @@ struct Params {
   int page_size;    // paged only
   int group;        // 0: one query head per CTA; g > 0: g query heads packed per KV head
   bool sink;        // per-head sink logits
-  bool persistent;  // one CTA per resident slot walking a static unit list (schedule.cuh)
 };
 
 template <Params P>
@@ -39,9 +38,11 @@ struct Traits {
   // A ninth (producer) warp would put 3 warps on one sub-partition and cap every thread at
   // 168 (ptxas budgets the kernel for its worst sub-partition; setmaxnreg cannot raise a
   // role's compile-time budget), which spills d ≥ 128. So there is no producer role: one
-  // consumer thread (kRefillThread) issues the TMA loads, as FlashMLA does.
+  // consumer thread issues the TMA loads (Q and the first `stages` tiles up front, then each
+  // freed stage's refill while its own warpgroup's S = Q·Kᵀ runs), as FlashMLA does.
   // Small tiles (O + S + P ≤ 80 registers: d64 with 64 keys) fit 128 registers per thread:
-  // two CTAs per SM, whose GEMMs and softmax interleave (the short causal d64 calls).
+  // two CTAs per SM, whose GEMMs and softmax interleave (the short causal d64 calls). Bound
+  // explicitly: ptxas, left alone, put a variant of this loop at 129, which halves residency.
   static constexpr int kMinCtasPerSm = P.head_dim_v / 2 + 3 * P.block_n / 4 <= 80 ? 2 : 1;
   static constexpr int kElem = dtype_bytes(P.dtype);
   static constexpr int kSpan = 128;                                  // bytes per 128B row
@@ -73,9 +74,6 @@ struct Traits {
                              (P.page_size & (P.page_size - 1)) == 0 &&
                              (P.block_n % P.page_size == 0 || P.page_size % P.block_n == 0)),
                 "pages are powers of two that tile the KV block (or the other way round)");
-  static_assert(!P.persistent || (!P.ragged && !P.paged &&
-                                   (P.mask == Mask::kNone || P.mask == Mask::kCausal)),
-                "the static persistent list balances only unit costs the host knows (schedule.cuh)");
   static_assert(P.group == 0 || (P.group >= 2 && P.group <= 16 && P.block_m % P.group == 0),
                 "packed GQA: 2..16 query heads per KV head dividing the row block");
 };
@@ -118,19 +116,6 @@ enum class Bar : u32 {
   kTurn1 = 4,
 };
 
-// A read position of the refill thread in the CTA's stream of loads (sm90_mha_fwd.cuh): the
-// unit (schedule.cuh cursor) and the next tile in it, with what loading needs of the unit's
-// Work cached, so a unit is located once per stream rather than once per tile. In shared
-// memory: only kRefillThread uses it, and registers are what the consumers lack.
-struct FeedCursor {
-  int unit;
-  int tile;        // next tile of the unit, 0-based; ≥ tiles: the unit is used up
-  int tiles;       // the unit's KV tiles (-1: not located yet)
-  int tile_begin;  // Work fields a load needs
-  int batch, kv_head, k_row0;
-};
-enum FeedStream : int { kFeedQ = 0, kFeedK = 1, kFeedV = 2 };
-
 // The shared-memory plan. Tiles first, each 1024-aligned (the 128B swizzle repeat).
 template <Params P>
 struct SharedStorage {
@@ -138,13 +123,11 @@ struct SharedStorage {
   alignas(1024) u8 q[T::kQBytes];              // Q [block_m rows][d] as kQkChunks boxes
   alignas(1024) u8 k[P.stages][T::kKBytes];    // K [block_n keys][d]   (K-major B of Q·Kᵀ)
   alignas(1024) u8 v[P.stages][T::kVBytes];    // V [block_n keys][dv]  (MN-major B of P·V)
-  MBarrier q_full;             // TMA of Q landed
-  MBarrier q_empty;            // every consumer warp has finished its unit's last S
+  MBarrier q_full;
   MBarrier k_full[P.stages];   // TMA of a K stage landed (S may start)
   MBarrier v_full[P.stages];   // TMA of a V stage landed (P·V may start)
   MBarrier k_empty[P.stages];  // every consumer warp has finished S of a K stage
   MBarrier v_empty[P.stages];  // every consumer warp has finished P·V of a V stage
-  FeedCursor feed[3];          // the refill thread's read positions (kFeedQ, kFeedK, kFeedV)
 };
 
 template <Params P>
@@ -152,11 +135,5 @@ inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 
 // Consumer warps that release a stage (one arrive per warp, after its wgmma_wait).
 inline constexpr u32 kReleaseArrivals = 8;
-
-// The thread that issues every TMA load (the feed in sm90_mha_fwd.cuh): the first of
-// warpgroup 1, the warpgroup that issues its GEMMs second every turn, so when it has
-// released a stage warpgroup 0 almost always has too — the wait is short, and warpgroup 0's
-// softmax never waits behind a refill.
-inline constexpr unsigned kRefillThread = 128;
 
 }  // namespace attnjit::mha_fwd

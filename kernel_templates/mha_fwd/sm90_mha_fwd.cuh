@@ -1,14 +1,14 @@
 #pragma once
 // sm90_mha_fwd: FlashAttention forward on Hopper (the FA3 design, written for this library).
 //
-// A unit = one block of 128 query rows of one (sequence, head) over one split of its KV
-// tiles; a CTA runs one unit (grid launch) or a list of them (persistent launch). 256 threads = two consumer warpgroups, each owning 64 rows: S = Q·Kᵀ (SS wgmma,
+// One CTA = one block of 128 query rows of one (sequence, head) over one split of its KV
+// tiles. 256 threads = two consumer warpgroups, each owning 64 rows: S = Q·Kᵀ (SS wgmma,
 // N = block_n), score mod, mask (boundary tiles only), online softmax in exp2, P converted
 // in registers, O += P·V (RS wgmma, N = dv). K and V stream through a `stages`-deep ring
 // with separate barriers (S of a tile needs only its K; K is released after S, V after P·V).
-// One thread, the first of warpgroup 1, issues every TMA load (the feed: Q once per unit,
-// each K / V stage as soon as both warpgroups have released it). Why no producer warp: see
-// Traits::kThreads (params.cuh). Units and the persistent launch: mha_fwd/schedule.cuh. The two warpgroups ping-pong their GEMM issue and each
+// Thread 0 issues the TMA loads: Q and the first `stages` tiles up front, then each freed
+// K / V stage's refill while its warpgroup's GEMMs run. Why no producer warp: see
+// Traits::kThreads (params.cuh). The two warpgroups ping-pong their GEMM issue and each
 // overlaps its softmax of tile i with its own P·V of tile i−1 (see consumer()).
 //
 // Stale rows: keys past a sequence (the next sequence's rows, a page's unused tail, NaN
@@ -48,7 +48,7 @@ using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, bloc
 // read outside the pool).
 template <Params P, int kChunks>
 ATTNJIT_DEVICE void load_kv_tile(const TmaDesc& map, MBarrier* bar, u8* dst, const Args& a,
-                                 const FeedCursor& w, int tile) {
+                                 const Work<P>& w, int tile) {
   using T = Traits<P>;
   if constexpr (P.paged) {
     const int* table = a.block_table + static_cast<i64>(w.batch) * a.max_pages;
@@ -83,82 +83,16 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Work
     tma_load_3d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kSpanCols, q_head, q_pos);
 }
 
-// ---- the refill thread's feed ------------------------------------------------------------
-//
-// kRefillThread streams the loads of the CTA's whole unit list (schedule.cuh): Q once per
-// unit, and the units' KV tiles back to back through the ring, tile g of the stream (its
-// global index) in stage g % stages. Each load follows a release: Q of the next unit when
-// every warp has done its last S of the current one, the tile `stages` ahead when both
-// warpgroups are done with a stage. So under a persistent launch the next unit's Q and first
-// tiles arrive while the current unit's last tiles and epilogue run.
-
-// Brings the cursor to a loadable tile, locating units as it enters them and skipping units
-// without tiles; false when the CTA's list is used up.
+// K and V of the CTA's i-th tile (`tile` in the sequence) into stage i % stages.
 template <Params P>
-ATTNJIT_DEVICE bool feed_settle(FeedCursor& c, const Args& a) {
-  while (unit_valid<P>(c.unit, a)) {
-    if (c.tiles < 0) {
-      const Work<P> w = locate<P>(a, unit_coords<P>(c.unit, a));
-      c.tiles = w.tile_end - w.tile_begin;
-      c.tile_begin = w.tile_begin;
-      c.batch = w.batch;
-      c.kv_head = w.kv_head;
-      c.k_row0 = w.k_row0;
-    }
-    if (c.tile < c.tiles) return true;
-    c.unit = next_unit<P>(c.unit, a);
-    c.tile = 0;
-    c.tiles = -1;
-  }
-  return false;
-}
-
-// K or V tile `next` of the stream, if the CTA has one, into stage next % stages — after
-// both warpgroups released the stage's previous tile (next − stages), unless it is a first
-// fill.
-template <Params P, FeedStream kWhich>
-ATTNJIT_DEVICE void feed_kv(SharedStorage<P>& s, const TmaDesc& map, const Args& a, int next) {
+ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
+                            const Args& a, const Work<P>& w, int tile, int i) {
   using T = Traits<P>;
-  constexpr bool kV = kWhich == kFeedV;
-  FeedCursor c = s.feed[kWhich];
-  if (feed_settle<P>(c, a)) {
-    const int st = next % P.stages;
-    if (next >= P.stages)
-      mbarrier_wait(kV ? &s.v_empty[st] : &s.k_empty[st], (static_cast<u32>(next / P.stages) & 1u) ^ 1u);
-    MBarrier* full = kV ? &s.v_full[st] : &s.k_full[st];
-    mbarrier_arrive_expect_tx(full, kV ? T::kVBytes : T::kKBytes);
-    load_kv_tile<P, kV ? T::kVChunks : T::kQkChunks>(map, full, kV ? s.v[st] : s.k[st], a, c,
-                                                     c.tile_begin + c.tile);
-    ++c.tile;
-  }
-  s.feed[kWhich] = c;
-}
-
-// Q of the next unit with tiles, the CTA's `count`-th Q load — after every consumer warp
-// finished the S GEMMs of the previous one (count − 1), unless it is the first.
-template <Params P>
-ATTNJIT_DEVICE void feed_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args& a, int count) {
-  FeedCursor c = s.feed[kFeedQ];
-  if (feed_settle<P>(c, a)) {
-    if (count > 0) mbarrier_wait(&s.q_empty, static_cast<u32>(count - 1) & 1u);
-    load_q<P>(s, q_map, locate<P>(a, unit_coords<P>(c.unit, a)));
-    c.unit = next_unit<P>(c.unit, a);
-    c.tile = 0;
-    c.tiles = -1;
-  }
-  s.feed[kFeedQ] = c;
-}
-
-// The first fill: the first unit's Q and the stream's first `stages` K/V tiles.
-template <Params P>
-ATTNJIT_DEVICE void feed_start(SharedStorage<P>& s, const TmaDesc& q_map, const TmaDesc& k_map,
-                               const TmaDesc& v_map, const Args& a) {
-  for (int f = 0; f < 3; ++f) s.feed[f] = FeedCursor{0, 0, -1, 0, 0, 0, 0};
-  feed_q<P>(s, q_map, a, 0);
-  for (int i = 0; i < P.stages; ++i) {
-    feed_kv<P, kFeedK>(s, k_map, a, i);
-    feed_kv<P, kFeedV>(s, v_map, a, i);
-  }
+  const int st = i % P.stages;
+  mbarrier_arrive_expect_tx(&s.k_full[st], T::kKBytes);
+  load_kv_tile<P, T::kQkChunks>(k_map, &s.k_full[st], s.k[st], a, w, tile);
+  mbarrier_arrive_expect_tx(&s.v_full[st], T::kVBytes);
+  load_kv_tile<P, T::kVChunks>(v_map, &s.v_full[st], s.v[st], a, w, tile);
 }
 
 // ---- consumers (warpgroups 0, 1) -------------------------------------------------------
@@ -325,16 +259,10 @@ ATTNJIT_DEVICE Bar turn_of(int wg) { return wg == 0 ? Bar::kTurn0 : Bar::kTurn1;
 // softmax of tile i with P·V of tile i−1 (FA3's intra-warpgroup overlap): issue S_i, issue
 // P·V_{i−1}, wait for S_i only, softmax, then wait for P·V_{i−1}, rescale O and convert P_i.
 // Registers: S (block_n/2) + P (block_n/4) + O (dv/2) floats live at once.
-// Returns the unit's KV tile count.
 template <Params P>
-ATTNJIT_DEVICE int consumer(SharedStorage<P>& s, const TmaDesc& q_map, const TmaDesc& k_map,
-                            const TmaDesc& v_map, const Args& a, const int u, int wg,
-                            const int g0, const int q_count) {
-  // u: the unit (schedule.cuh cursor); g0: the stream index of its first KV tile (tile i is
-  // in stage (g0 + i) % stages, its parity is ((g0 + i) / stages) & 1); q_count: Q loads
-  // before this unit's.
+ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
+                             const Args& a, const Work<P>& w, int wg) {
   using T = Traits<P>;
-  const Work<P> w = locate<P>(a, unit_coords<P>(u, a));
   float o[P.head_dim_v / 2];  // O [64 × dv] f32 accumulator fragment
 #pragma unroll
   for (int i = 0; i < P.head_dim_v / 2; ++i) o[i] = 0.0f;
@@ -345,23 +273,18 @@ ATTNJIT_DEVICE int consumer(SharedStorage<P>& s, const TmaDesc& q_map, const Tma
   const int n = w.tile_end - w.tile_begin;
   if (n > 0) {
     const u32 q_addr = smem_u32(s.q);
-    const bool refiller = threadIdx.x == kRefillThread;
-    auto stage = [](int g) { return g % P.stages; };
-    auto parity = [](int g) { return static_cast<u32>(g / P.stages) & 1u; };
+    const bool issuer = threadIdx.x == 0;
     float sc[P.block_n / 2];    // S_i, then P_i (f32)
     u32 pa[P.block_n / 16][4];  // P_{i−1} as the RS A operand: k16 step ks = columns [16ks, +16)
     float scale[2];
 
     // Tile 0: S and softmax (nothing to overlap with yet).
-    mbarrier_wait(&s.q_full, static_cast<u32>(q_count) & 1u);
-    mbarrier_wait(&s.k_full[stage(g0)], parity(g0));
-    issue_qk<P>(sc, q_addr, smem_u32(s.k[stage(g0)]), wg);
+    mbarrier_wait(&s.q_full, 0);
+    mbarrier_wait(&s.k_full[0], 0);
+    issue_qk<P>(sc, q_addr, smem_u32(s.k[0]), wg);
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
-    if (lane_id() == 0) {
-      mbarrier_arrive(&s.k_empty[stage(g0)]);
-      if (n == 1) mbarrier_arrive(&s.q_empty);
-    }
+    if (lane_id() == 0) mbarrier_arrive(&s.k_empty[0]);
     softmax<P>(sc, rs, scale, rule, w, w.tile_begin, a);
 #pragma unroll
     for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
@@ -369,74 +292,69 @@ ATTNJIT_DEVICE int consumer(SharedStorage<P>& s, const TmaDesc& q_map, const Tma
 
 #pragma unroll 1
     for (int i = 1; i < n; ++i) {
-      const int g = g0 + i;  // this tile's stream index
-      // Refills for what this warpgroup finished last turn (S_{i−1}, P·V_{i−2}). Here S is
-      // dead (the fewest live registers in the loop: refilling elsewhere spills d64).
-      if (refiller) {
-        feed_kv<P, kFeedK>(s, k_map, a, g - 1 + P.stages);
-        if (i >= 2) feed_kv<P, kFeedV>(s, v_map, a, g - 2 + P.stages);
-      }
-      mbarrier_wait(&s.k_full[stage(g)], parity(g));
-      mbarrier_wait(&s.v_full[stage(g - 1)], parity(g - 1));
+      const int tile = w.tile_begin + i;
+      const int st = i % P.stages, prev = (i - 1) % P.stages;
+      mbarrier_wait(&s.k_full[st], static_cast<u32>(i / P.stages) & 1u);
+      mbarrier_wait(&s.v_full[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
       named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
-      issue_qk<P>(sc, q_addr, smem_u32(s.k[stage(g)]), wg);
-      issue_pv<P>(o, pa, smem_u32(s.v[stage(g - 1)]));
+      issue_qk<P>(sc, q_addr, smem_u32(s.k[st]), wg);
+      issue_pv<P>(o, pa, smem_u32(s.v[prev]));
       named_barrier_arrive(turn_of(wg ^ 1), 2 * kWarpgroupThreads);
+      // While both run: refill K of tile i−1's stage (both warpgroups finished S_{i−1}) and
+      // V of tile i−2's stage (both finished P·V_{i−2}).
+      if (issuer) {
+        if (i - 1 + P.stages < n) {
+          mbarrier_wait(&s.k_empty[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
+          const int j = i - 1 + P.stages;
+          mbarrier_arrive_expect_tx(&s.k_full[prev], T::kKBytes);
+          load_kv_tile<P, T::kQkChunks>(k_map, &s.k_full[prev], s.k[prev], a, w, w.tile_begin + j);
+        }
+        if (i >= 2 && i - 2 + P.stages < n) {
+          const int pst = (i - 2) % P.stages;
+          mbarrier_wait(&s.v_empty[pst], static_cast<u32>((i - 2) / P.stages) & 1u);
+          const int j = i - 2 + P.stages;
+          mbarrier_arrive_expect_tx(&s.v_full[pst], T::kVBytes);
+          load_kv_tile<P, T::kVChunks>(v_map, &s.v_full[pst], s.v[pst], a, w, w.tile_begin + j);
+        }
+      }
       wgmma_wait<1>();  // S_i done; P·V_{i−1} may still run
       wgmma_fence_operands(sc);
-      if (lane_id() == 0) {
-        mbarrier_arrive(&s.k_empty[stage(g)]);
-        if (i == n - 1) mbarrier_arrive(&s.q_empty);  // the unit's last S: Q may be reloaded
-      }
-      softmax<P>(sc, rs, scale, rule, w, w.tile_begin + i, a);
+      if (lane_id() == 0) mbarrier_arrive(&s.k_empty[st]);
+      softmax<P>(sc, rs, scale, rule, w, tile, a);
       wgmma_wait<0>();  // P·V_{i−1} done: its P registers and V stage are free
       wgmma_fence_operands(o);
 #pragma unroll
       for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_fence_operands(pa[ks]);
-      if (lane_id() == 0) mbarrier_arrive(&s.v_empty[stage(g - 1)]);
+      if (lane_id() == 0) mbarrier_arrive(&s.v_empty[prev]);
 #pragma unroll
       for (int i2 = 0; i2 < P.head_dim_v / 2; ++i2) o[i2] *= scale[(i2 / 2) % 2];
 #pragma unroll
       for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
     }
 
-    // The unit's last releases: K of its last S, V of the P·V before, and Q (the next
-    // unit's loads start here, under this unit's last P·V and epilogue).
-    const int gl = g0 + n - 1;  // the last tile's stream index
-    if (refiller) {
-      feed_kv<P, kFeedK>(s, k_map, a, gl + P.stages);
-      if (n >= 2) feed_kv<P, kFeedV>(s, v_map, a, gl - 1 + P.stages);
-      feed_q<P>(s, q_map, a, q_count + 1);
-    }
     // P·V of the last tile. Its keys past the sequence (a partial tile) may be NaN in V:
     // zero those rows first (every warp of this warpgroup, then a warpgroup barrier).
+    const int last = n - 1, lst = last % P.stages;
     const int key0 = (w.tile_end - 1) * P.block_n;
-    mbarrier_wait(&s.v_full[stage(gl)], parity(gl));
+    mbarrier_wait(&s.v_full[lst], static_cast<u32>(last / P.stages) & 1u);
     if (key0 + P.block_n > w.s_k) {
-      zero_v_rows<P>(s.v[stage(gl)], w.s_k - key0);
+      zero_v_rows<P>(s.v[lst], w.s_k - key0);
       fence_proxy_async_smem();  // generic-proxy zeros, read by wgmma (async proxy)
       named_barrier_sync(wg == 0 ? Bar::kTailZeroed0 : Bar::kTailZeroed1, kWarpgroupThreads);
     }
     named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
-    issue_pv<P>(o, pa, smem_u32(s.v[stage(gl)]));
+    issue_pv<P>(o, pa, smem_u32(s.v[lst]));
     // Warpgroup 1 goes last: its hand-over would have no taker (counts stay balanced).
     if (wg == 0) named_barrier_arrive(turn_of(1), 2 * kWarpgroupThreads);
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    if (lane_id() == 0) mbarrier_arrive(&s.v_empty[stage(gl)]);
-    if (refiller) feed_kv<P, kFeedV>(s, v_map, a, gl + P.stages);
   }
-  // The epilogue locates the unit again: keeping its Work live through the loop costs the
-  // registers that d64's 256-key tiles do not have (a persistent unit is not a function of
-  // blockIdx and kernel parameters, which the compiler would re-read for free).
-  epilogue<P>(o, rs, a, locate<P>(a, unit_coords<P>(opaque(u), a)), wg);
-  return n;
+  epilogue<P>(o, rs, a, w, wg);
 }
 
 // ---- entry -----------------------------------------------------------------------------
 
-// Grid launch: (m_tiles, heads (h_q, or h_kv when packed), batch × splits) CTAs of one unit
-// each. Persistent: (resident CTAs) walking schedule.cuh's list. Traits::kThreads threads.
+// grid (m_tiles, heads (h_q, or h_kv when packed), batch × splits), Traits::kThreads.
 template <Params P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
     kernel(const __grid_constant__ TmaDesc q_map,  // q [rows, h_q, d], box [block_m/g, g, 64]
@@ -454,7 +372,6 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
     prefetch_tma_desc(k_map);
     prefetch_tma_desc(v_map);
     mbarrier_init(&s.q_full, 1);
-    mbarrier_init(&s.q_empty, kReleaseArrivals);
     for (int i = 0; i < P.stages; ++i) {
       mbarrier_init(&s.k_full[i], 1);
       mbarrier_init(&s.v_full[i], 1);
@@ -464,13 +381,14 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
     fence_mbarrier_init();
   }
   __syncthreads();
-  if (threadIdx.x == kRefillThread) feed_start<P>(s, q_map, k_map, v_map, args);
-  const int wg = warpgroup_id_uniform();
-  int g0 = 0, q_count = 0;  // stream index of the unit's first tile; Q loads so far
-  for (int u = 0; unit_valid<P>(u, args); u = next_unit<P>(u, args)) {
-    const int n = consumer<P>(s, q_map, k_map, v_map, args, u, wg, g0, q_count);
-    g0 += n;
-    q_count += n > 0 ? 1 : 0;
+  const Work<P> w = locate<P>(args);
+  if (w.row0 < w.rows) {  // row blocks past this sequence's queries have nothing to do
+    if (threadIdx.x == 0 && w.tile_begin < w.tile_end) {  // Q and the first stages
+      load_q<P>(s, q_map, w);
+      for (int i = 0; i < P.stages && w.tile_begin + i < w.tile_end; ++i)
+        load_kv<P>(s, k_map, v_map, args, w, w.tile_begin + i, i);
+    }
+    consumer<P>(s, k_map, v_map, args, w, warpgroup_id_uniform());
   }
   pdl_launch_dependents();  // the combine kernel may start its prologue
 }

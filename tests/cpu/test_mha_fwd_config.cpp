@@ -149,30 +149,6 @@ TEST_CASE("mha_fwd config validation names the field", "[config][mha_fwd]") {
                 unsupported, "'score_mod'");
   REQUIRE_ERROR(with([](auto& c) { c.kv_layout = static_cast<KvLayout>(9); }).validate(),
                 unsupported, "'kv_layout'");
-  // The persistent launch's static list: padded, contiguous, mask none or causal.
-  for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal})
-    with([&](auto& c) {
-      c.persistent = true;
-      c.mask = m;
-      c.group = 8;
-    }).validate();
-  REQUIRE_ERROR(with([](auto& c) {
-                  c.persistent = true;
-                  c.ragged = true;
-                }).validate(),
-                unsupported, "'persistent'");
-  REQUIRE_ERROR(with([](auto& c) {
-                  c.persistent = true;
-                  c.kv_layout = KvLayout::kPaged;
-                  c.page_size = 64;
-                }).validate(),
-                unsupported, "'persistent'");
-  for (MaskKind m : {MaskKind::kWindow, MaskKind::kCausalWindow, MaskKind::kChunked})
-    REQUIRE_ERROR(with([&](auto& c) {
-                    c.persistent = true;
-                    c.mask = m;
-                  }).validate(),
-                  unsupported, "'persistent'");
 }
 
 TEST_CASE("mha_fwd config JSON round-trips and rejects unknown or mistyped fields",
@@ -199,10 +175,6 @@ TEST_CASE("mha_fwd config JSON round-trips and rejects unknown or mistyped field
   CHECK(MhaFwdConfig::from_json(json).to_json() == json);
   CHECK(MhaFwdConfig::from_json("{}") == MhaFwdConfig{});  // missing fields: defaults
   CHECK(MhaFwdConfig::from_json(R"({"mask":"causal_window"})").mask == MaskKind::kCausalWindow);
-  const MhaFwdConfig persistent = MhaFwdConfig::from_json(R"({"mask":"causal","persistent":true})");
-  CHECK(persistent.persistent);
-  CHECK(MhaFwdConfig::from_json(persistent.to_json()) == persistent);
-  CHECK(persistent.describe().find("persistent") != std::string::npos);
   // Every default survives the trip, and enum names are the to_string names.
   for (DType dtype : {DType::kBF16, DType::kF16})
     for (auto [d, dv] : kHeadDims)

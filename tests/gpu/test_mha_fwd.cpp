@@ -103,8 +103,6 @@ struct MhaCase {
   float softcap = 0.0f;
   SinkKind sink = SinkKind::kNone;
   int group = 0;         // config.group (0: one query head per CTA)
-  int block_n = 0;       // config.block_n (0: the default's)
-  bool persistent = false;  // config.persistent
   double scale = 0.0;    // 0: 1/sqrt(d)
   int max_seqlen_k = -1; // ragged/paged bound: -1 the longest length, 0 the capacity
   int spare_pages = 3;   // paged: pool pages no sequence uses (NaN-filled)
@@ -476,8 +474,6 @@ MhaFwdConfig config_for(const MhaCase& c) {
     cfg.score_mod = c.mod;
     cfg.sink = c.sink != SinkKind::kNone;
     cfg.group = c.group;
-    if (c.block_n > 0) cfg.block_n = c.block_n;
-    cfg.persistent = c.persistent;
     cfg.validate();
     return cfg;
   } catch (const Error& e) {
@@ -705,57 +701,6 @@ TEST_CASE("mha_fwd paged KV with page sizes 16, 64 and 256", "[gpu][mha_fwd]") {
   MhaCase tail = ragged_case({3, 4}, {0, 0});
   prepare_cases({tail});
   check_case(tail);
-}
-
-// The persistent launch: more items than resident CTAs, so every CTA walks several units
-// and loads the next one's Q and K/V under the current one's tail (the stream's stage and
-// parity carried across units, Q reloaded after q_empty). Causal items pair blocks; odd
-// block counts leave a single middle block; s_q > s_k gives units without a key in the
-// middle of a CTA's list; splits and packed groups multiply the items.
-TEST_CASE("mha_fwd persistent launch walks many row blocks per CTA", "[gpu][mha_fwd][persistent]") {
-  if (!test::gpu_or_skip()) return;
-  std::vector<MhaCase> cases;
-  struct Dims {
-    int d, dv, block_n;  // d64: a tile that fits the persistent loop's registers
-  };
-  for (auto [d, dv, block_n] : {Dims{64, 64, 192}, Dims{128, 128, 128}, Dims{128, 128, 192},
-                                Dims{256, 256, 80}, Dims{192, 128, 128}})
-    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
-      // 5..9 row blocks per head (odd and even counts), 24 heads, 2 sequences: ≥ 144 items.
-      const int s = rand_in(513, 1150);
-      for (auto [s_q, s_k] : {std::pair{s, s}, {s, odd_in(1200, 2100)}, {s, odd_in(50, 300)}}) {
-        MhaCase c = padded_case(2, s_q, s_k);
-        c.d = d;
-        c.dv = dv;
-        c.block_n = block_n;
-        c.h_q = 24;
-        c.h_kv = 8;
-        c.mask = mask;
-        c.persistent = true;
-        cases.push_back(c);
-      }
-    }
-  MhaCase f16 = padded_case(3, 777, 777);
-  f16.dtype = DType::kF16;
-  f16.h_q = f16.h_kv = 32;
-  f16.mask = MaskKind::kCausal;
-  f16.persistent = true;
-  cases.push_back(f16);
-  MhaCase packed = padded_case(4, 301, 1500);  // GQA 4 packed: 301·4 rows = 10 blocks
-  packed.h_q = 16;
-  packed.h_kv = 4;
-  packed.group = 4;
-  packed.mask = MaskKind::kCausal;
-  packed.persistent = true;
-  cases.push_back(packed);
-  prepare_cases(cases);
-  for (const auto& c : cases) check_case(c);
-  for (int splits : {2, 3}) {  // items × splits, combined
-    RunOptions o;
-    o.num_splits = splits;
-    check_case(packed, o);
-    check_case(cases[2], o);
-  }
 }
 
 TEST_CASE("mha_fwd gives the same answer for every split count", "[gpu][mha_fwd]") {

@@ -98,12 +98,6 @@ void MhaFwdConfig::validate() const {
     bad("group", fmt::format("must be 0 (one query head per CTA) or 2, 4, 8, 16 (query heads "
                              "packed per KV head), got {}",
                              group));
-  if (persistent && (ragged || kv_layout == KvLayout::kPaged ||
-                     (mask != MaskKind::kNone && mask != MaskKind::kCausal)))
-    bad("persistent", fmt::format("needs padded, contiguous q/k/v and mask none or causal: the "
-                                  "static row-block list balances only costs the host knows "
-                                  "(got ragged {}, kv_layout {}, mask {})",
-                                  ragged, to_string(kv_layout), to_string(mask)));
   if (dynamic_smem_bytes() > kMhaMaxSmemPerBlock)
     bad("stages", fmt::format("{} stages of {}-key K/V tiles need {} B of shared memory, over {}",
                               stages, block_n, dynamic_smem_bytes(), kMhaMaxSmemPerBlock));
@@ -125,7 +119,6 @@ std::string MhaFwdConfig::to_json() const {
   j["page_size"] = page_size;
   j["group"] = group;
   j["sink"] = sink;
-  j["persistent"] = persistent;
   return j.dump();
 }
 
@@ -150,7 +143,6 @@ MhaFwdConfig MhaFwdConfig::from_json(std::string_view text) {
   c.page_size = r.get_int("page_size", d.page_size);
   c.group = r.get_int("group", d.group);
   c.sink = r.get_bool("sink", d.sink);
-  c.persistent = r.get_bool("persistent", d.persistent);
   r.finish();
   c.validate();
   return c;
@@ -165,7 +157,6 @@ std::string MhaFwdConfig::describe() const {
   if (kv_layout == KvLayout::kPaged) s += fmt::format(" paged{}", page_size);
   if (group > 0) s += fmt::format(" g{}", group);
   if (sink) s += " sink";
-  if (persistent) s += " persistent";
   return s;
 }
 
@@ -233,7 +224,6 @@ jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch) {
       {"page_size", std::to_string(c.page_size)},
       {"group", std::to_string(c.group)},
       {"sink", cxx_bool(c.sink)},
-      {"persistent", cxx_bool(c.persistent)},
   };
   r.source.config_json = c.to_json();
   r.options.arch = arch;

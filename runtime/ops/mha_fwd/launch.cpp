@@ -63,7 +63,7 @@ struct CheckArgs {
 // Binary kernel-table keys (padding-free).
 struct MainKey {
   int32_t dtype, head_dim, head_dim_v, block_m, block_n, stages, swizzle, mask, score_mod, ragged,
-      kv_layout, page_size, group, sink, persistent;
+      kv_layout, page_size, group, sink;
 };
 struct CombineKey {
   int32_t dtype, head_dim_v, ragged, sink;
@@ -76,7 +76,7 @@ const jit::Kernel& main_kernel(const MhaFwdConfig& c, Arch arch) {
   const MainKey key{static_cast<int32_t>(c.dtype), c.head_dim, c.head_dim_v, c.block_m, c.block_n,
                     c.stages, static_cast<int32_t>(c.swizzle), static_cast<int32_t>(c.mask),
                     static_cast<int32_t>(c.score_mod), c.ragged, static_cast<int32_t>(c.kv_layout),
-                    c.page_size, c.group, c.sink, c.persistent};
+                    c.page_size, c.group, c.sink};
   return jit::get_kernel(jit::make_key(ops::kMhaFwdOpId, arch, key), [&] {
     c.validate();
     ops::require_sm90a(arch, "mha_fwd");
@@ -255,16 +255,6 @@ Shapes check_args(const MhaFwdArgs& a, const MhaFwdConfig& c) {
 int64_t heads_on_grid(const Shapes& s, const MhaFwdConfig& c) { return c.group > 0 ? s.h_kv : s.h_q; }
 int64_t m_tiles(const Shapes& s, const MhaFwdConfig& c) {
   return (s.max_s_q * std::max(c.group, 1) + c.block_m - 1) / c.block_m;
-}
-
-// CTAs of the main kernel one SM holds at once: shared memory (228 KiB per SM, 1 KiB of it
-// reserved per CTA) and registers (64K per SM, allocated per warp in units of 256).
-int resident_ctas(const jit::Kernel& k) {
-  constexpr int kSmemPerSm = 233472, kRegsPerSm = 65536;
-  const int by_smem = kSmemPerSm / (static_cast<int>(k.dynamic_smem_bytes()) + 1024);
-  const int regs = std::max(k.compiled().ptxas.registers, 1);
-  const int by_regs = kRegsPerSm / (((regs * 32 + 255) / 256) * 256 * (kThreads / 32));
-  return std::max(1, std::min(by_smem, by_regs));
 }
 
 int heuristic_splits(const Shapes& s, const MhaFwdConfig& c, int sm_count) {
@@ -482,17 +472,9 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
   ka.chunk = c.mask == MaskKind::kChunked ? a.chunk : 1;
 
   jit::LaunchShape shape;
-  if (c.persistent) {
-    // As many CTAs as the SMs hold at once, capped by the items (kernel_templates/mha_fwd/
-    // schedule.cuh: row blocks, pairs of them under the causal mask).
-    const int64_t per_head = c.mask == MaskKind::kCausal ? (ka.m_tiles + 1) / 2 : ka.m_tiles;
-    const int64_t items = per_head * heads_on_grid(s, c) * s.b * splits;
-    shape.grid[0] = static_cast<unsigned>(std::min<int64_t>(items, int64_t{info.sm_count} * resident_ctas(main)));
-  } else {
-    shape.grid[0] = static_cast<unsigned>(ka.m_tiles);
-    shape.grid[1] = static_cast<unsigned>(heads_on_grid(s, c));
-    shape.grid[2] = static_cast<unsigned>(s.b * splits);
-  }
+  shape.grid[0] = static_cast<unsigned>(ka.m_tiles);
+  shape.grid[1] = static_cast<unsigned>(heads_on_grid(s, c));
+  shape.grid[2] = static_cast<unsigned>(s.b * splits);
   shape.block[0] = kThreads;
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&k_map),
@@ -538,8 +520,6 @@ OpSpec mha_fwd_op_spec() {
       {"page_size", "paged: 16..256 power of 2; else 0", "0", "tokens per KV page"},
       {"group", "0, 2, 4, 8, 16", "0", "query heads packed per KV head (0: none)"},
       {"sink", "true, false", "false", "per-head attention sink"},
-      {"persistent", "true, false (padded, mask none/causal)", "false",
-       "resident CTAs walk a static row-block list, prefetching the next block"},
   };
   op.archs = {kSm90a};
   op.default_set = [] {

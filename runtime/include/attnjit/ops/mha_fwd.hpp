@@ -59,10 +59,6 @@ struct MhaFwdConfig {
                                        // g ∈ {2,4,8,16}: pack g query heads of one KV head
                                        // into the rows of a CTA (h_q = g·h_kv, decode/GQA)
   bool sink = false;                   // per-head attention sink logits
-  bool persistent = false;             // one CTA per resident slot walking a static list of
-                                       // row blocks, loading the next block's Q/K/V under
-                                       // the current one's tail; padded (not ragged, not
-                                       // paged) with mask none or causal only
 
   void validate() const;  // throws Error(kUnsupportedConfig) naming the field and the rule
   unsigned dynamic_smem_bytes() const;
