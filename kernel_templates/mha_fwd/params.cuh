@@ -16,7 +16,7 @@ struct Params {
   DType dtype;      // bf16 / f16
   int head_dim;     // d of q·k: 64, 128, 192, 256
   int head_dim_v;   // dv
-  int block_m;      // 128 query rows per CTA = 2 consumer warpgroups × 64
+  int block_m;      // query rows per CTA = consumer warpgroups × 64: 128, or 192 (d64)
   int block_n;      // keys per KV tile
   int stages;       // K/V ring depth
   Swizzle swizzle;  // 128B
@@ -31,8 +31,10 @@ struct Params {
 
 template <Params P>
 struct Traits {
-  static constexpr int kConsumers = 2;                               // math warpgroups
-  static constexpr int kThreads = kConsumers * kWarpgroupThreads;    // 256
+  static constexpr int kConsumers = P.block_m / 64;                  // math warpgroups: 2, 3
+  static constexpr int kThreads = kConsumers * kWarpgroupThreads;    // 256 or 384
+  // Consumer warps that release a stage (one arrive per warp, after its wgmma_wait).
+  static constexpr u32 kReleaseArrivals = kConsumers * 4;
   // Register budget: one CTA per SM and 8 warps = 2 per SM sub-partition, whose 16K
   // registers then allow 255 per thread — room for O[64 × 256] f32 (128) next to S and P.
   // A ninth (producer) warp would put 3 warps on one sub-partition and cap every thread at
@@ -43,7 +45,8 @@ struct Traits {
   // Small tiles (O + S + P ≤ 80 registers: d64 with 64 keys) fit 128 registers per thread:
   // two CTAs per SM, whose GEMMs and softmax interleave (the short causal d64 calls). Bound
   // explicitly: ptxas, left alone, put a variant of this loop at 129, which halves residency.
-  static constexpr int kMinCtasPerSm = P.head_dim_v / 2 + 3 * P.block_n / 4 <= 80 ? 2 : 1;
+  static constexpr int kMinCtasPerSm =
+      kConsumers == 2 && P.head_dim_v / 2 + 3 * P.block_n / 4 <= 80 ? 2 : 1;
   static constexpr int kElem = dtype_bytes(P.dtype);
   static constexpr int kSpan = 128;                                  // bytes per 128B row
   static constexpr int kSpanCols = kSpan / kElem;                    // 64 columns per box
@@ -64,7 +67,8 @@ struct Traits {
 
   static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/k/v are bf16 or f16");
   static_assert(P.swizzle == Swizzle::k128B, "tiles are 128B-swizzled (d is a multiple of 64)");
-  static_assert(P.block_m == kConsumers * 64, "one 64-row wgmma tile per consumer warpgroup");
+  static_assert(P.block_m == 128 || P.block_m == 192,
+                "one 64-row wgmma tile per consumer warpgroup, 2 or 3 of them");
   static_assert(P.block_n % 16 == 0 && P.block_n >= 16 && P.block_n <= 256,
                 "keys per tile: a multiple of 16 (one k16 step of P·V) up to a TMA box");
   static_assert(P.head_dim % 64 == 0 && P.head_dim <= 256, "d: whole 128-byte spans");
@@ -108,13 +112,11 @@ struct Args {
   int chunk;               // chunked: tokens per chunk
 };
 
-// Named barriers (id 0 is __syncthreads).
-enum class Bar : u32 {
-  kTailZeroed0 = 1,  // warpgroup 0 zeroed the stale V rows of its last tile
-  kTailZeroed1 = 2,
-  kTurn0 = 3,        // ping-pong: warpgroup 0 may issue its GEMMs (256 threads)
-  kTurn1 = 4,
-};
+// Named barriers (id 0 is __syncthreads), one of each kind per consumer warpgroup w:
+// kTailZeroed + w (128 threads): warpgroup w zeroed the stale V rows of its last tile;
+// kTurn + w (256 threads: w and the warpgroup before it): w may issue its GEMMs.
+enum class Bar : u32 { kTailZeroed = 1, kTurn = 4 };
+ATTNJIT_DEVICE u32 bar_of(Bar kind, int wg) { return static_cast<u32>(kind) + static_cast<u32>(wg); }
 
 // The shared-memory plan. Tiles first, each 1024-aligned (the 128B swizzle repeat).
 template <Params P>
@@ -133,7 +135,5 @@ struct SharedStorage {
 template <Params P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 
-// Consumer warps that release a stage (one arrive per warp, after its wgmma_wait).
-inline constexpr u32 kReleaseArrivals = 8;
 
 }  // namespace attnjit::mha_fwd

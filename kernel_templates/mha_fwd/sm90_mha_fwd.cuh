@@ -1,8 +1,8 @@
 #pragma once
 // sm90_mha_fwd: FlashAttention forward on Hopper (the FA3 design, written for this library).
 //
-// One CTA = one block of 128 query rows of one (sequence, head) over one split of its KV
-// tiles. 256 threads = two consumer warpgroups, each owning 64 rows: S = Q·Kᵀ (SS wgmma,
+// One CTA = one block of block_m query rows of one (sequence, head) over one split of its KV
+// tiles. block_m / 64 consumer warpgroups (two; three for d64), each owning 64 rows: S = Q·Kᵀ (SS wgmma,
 // N = block_n), score mod, mask (boundary tiles only), online softmax in exp2, P converted
 // in registers, O += P·V (RS wgmma, N = dv). K and V stream through a `stages`-deep ring
 // with separate barriers (S of a tile needs only its K; K is released after S, V after P·V).
@@ -250,10 +250,13 @@ ATTNJIT_DEVICE void issue_pv(float (&o)[P.head_dim_v / 2], u32 (&pa)[P.block_n /
   wgmma_commit();
 }
 
-// The two consumer warpgroups take turns issuing their GEMMs (FA3's ping-pong): warpgroup
-// w waits for its turn, issues S of tile i and P·V of tile i−1, and hands the turn over, so
-// one warpgroup's softmax runs while the other's GEMMs keep the tensor cores busy.
-ATTNJIT_DEVICE Bar turn_of(int wg) { return wg == 0 ? Bar::kTurn0 : Bar::kTurn1; }
+// The consumer warpgroups take turns issuing their GEMMs (FA3's ping-pong, a round-robin
+// with three): warpgroup w waits for its turn, issues S of tile i and P·V of tile i−1, and
+// hands the turn to the next, so each warpgroup's softmax runs while the others' GEMMs keep
+// the tensor cores busy.
+ATTNJIT_DEVICE u32 turn_of(int wg) { return bar_of(Bar::kTurn, wg); }
+template <Params P>
+ATTNJIT_DEVICE int next_wg(int wg) { return wg + 1 == Traits<P>::kConsumers ? 0 : wg + 1; }
 
 // Main loop of one consumer warpgroup. Iteration i overlaps, inside the warpgroup, the
 // softmax of tile i with P·V of tile i−1 (FA3's intra-warpgroup overlap): issue S_i, issue
@@ -288,7 +291,8 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
     softmax<P>(sc, rs, scale, rule, w, w.tile_begin, a);
 #pragma unroll
     for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
-    if (wg == 1) named_barrier_arrive(turn_of(0), 2 * kWarpgroupThreads);  // warpgroup 0 first
+    // Warpgroup 0 goes first: the last one hands it the first turn.
+    if (wg == T::kConsumers - 1) named_barrier_arrive(turn_of(0), 2 * kWarpgroupThreads);
 
 #pragma unroll 1
     for (int i = 1; i < n; ++i) {
@@ -299,7 +303,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
       named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
       issue_qk<P>(sc, q_addr, smem_u32(s.k[st]), wg);
       issue_pv<P>(o, pa, smem_u32(s.v[prev]));
-      named_barrier_arrive(turn_of(wg ^ 1), 2 * kWarpgroupThreads);
+      named_barrier_arrive(turn_of(next_wg<P>(wg)), 2 * kWarpgroupThreads);
       // While both run: refill K of tile i−1's stage (both warpgroups finished S_{i−1}) and
       // V of tile i−2's stage (both finished P·V_{i−2}).
       if (issuer) {
@@ -340,12 +344,12 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
     if (key0 + P.block_n > w.s_k) {
       zero_v_rows<P>(s.v[lst], w.s_k - key0);
       fence_proxy_async_smem();  // generic-proxy zeros, read by wgmma (async proxy)
-      named_barrier_sync(wg == 0 ? Bar::kTailZeroed0 : Bar::kTailZeroed1, kWarpgroupThreads);
+      named_barrier_sync(bar_of(Bar::kTailZeroed, wg), kWarpgroupThreads);
     }
     named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
     issue_pv<P>(o, pa, smem_u32(s.v[lst]));
-    // Warpgroup 1 goes last: its hand-over would have no taker (counts stay balanced).
-    if (wg == 0) named_barrier_arrive(turn_of(1), 2 * kWarpgroupThreads);
+    // The last warpgroup goes last: its hand-over would have no taker (counts stay balanced).
+    if (wg != T::kConsumers - 1) named_barrier_arrive(turn_of(next_wg<P>(wg)), 2 * kWarpgroupThreads);
     wgmma_wait<0>();
     wgmma_fence_operands(o);
   }
@@ -375,8 +379,8 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
     for (int i = 0; i < P.stages; ++i) {
       mbarrier_init(&s.k_full[i], 1);
       mbarrier_init(&s.v_full[i], 1);
-      mbarrier_init(&s.k_empty[i], kReleaseArrivals);
-      mbarrier_init(&s.v_empty[i], kReleaseArrivals);
+      mbarrier_init(&s.k_empty[i], Traits<P>::kReleaseArrivals);
+      mbarrier_init(&s.v_empty[i], Traits<P>::kReleaseArrivals);
     }
     fence_mbarrier_init();
   }

@@ -119,8 +119,25 @@ TEST_CASE("mha_fwd config validation names the field", "[config][mha_fwd]") {
                     c.head_dim_v = dv;
                   }).validate(),
                   unsupported, "'head_dim_v'");
-  for (int m : {0, -128, 100})
+  for (int m : {0, -128, 100, 64, 256})  // 128 or 192
     REQUIRE_ERROR(with([&](auto& c) { c.block_m = m; }).validate(), unsupported, "'block_m'");
+  // Three warpgroups cap registers at 168: d64 takes up to 128 keys, d128 up to 85.
+  with([](auto& c) {
+    c.block_m = 192;
+    c.head_dim = c.head_dim_v = 64;
+    c.block_n = 128;
+  }).validate();
+  REQUIRE_ERROR(with([](auto& c) {
+                  c.block_m = 192;
+                  c.head_dim = c.head_dim_v = 64;
+                  c.block_n = 144;
+                }).validate(),
+                unsupported, "'block_n'");
+  REQUIRE_ERROR(with([](auto& c) {
+                  c.block_m = 192;
+                  c.block_n = 96;
+                }).validate(),
+                unsupported, "'block_n'");
   for (int n : {0, -16, 8, 100, 272, 512})  // multiple of 16 in 16..256
     REQUIRE_ERROR(with([&](auto& c) { c.block_n = n; }).validate(), unsupported, "'block_n'");
   for (int s : {0, -1})

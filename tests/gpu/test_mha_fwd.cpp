@@ -103,6 +103,7 @@ struct MhaCase {
   float softcap = 0.0f;
   SinkKind sink = SinkKind::kNone;
   int group = 0;         // config.group (0: one query head per CTA)
+  int block_m = 0, block_n = 0;  // config tile (0: the default's)
   double scale = 0.0;    // 0: 1/sqrt(d)
   int max_seqlen_k = -1; // ragged/paged bound: -1 the longest length, 0 the capacity
   int spare_pages = 3;   // paged: pool pages no sequence uses (NaN-filled)
@@ -474,6 +475,8 @@ MhaFwdConfig config_for(const MhaCase& c) {
     cfg.score_mod = c.mod;
     cfg.sink = c.sink != SinkKind::kNone;
     cfg.group = c.group;
+    if (c.block_m > 0) cfg.block_m = c.block_m;
+    if (c.block_n > 0) cfg.block_n = c.block_n;
     cfg.validate();
     return cfg;
   } catch (const Error& e) {
@@ -701,6 +704,61 @@ TEST_CASE("mha_fwd paged KV with page sizes 16, 64 and 256", "[gpu][mha_fwd]") {
   MhaCase tail = ragged_case({3, 4}, {0, 0});
   prepare_cases({tail});
   check_case(tail);
+}
+
+// block_m 192: three consumer warpgroups taking turns round-robin (the d64 tile). Every
+// mask over ragged edge lengths, paged KV, packed GQA, splits and a long sequence.
+TEST_CASE("mha_fwd with three consumer warpgroups (block_m 192)", "[gpu][mha_fwd][block_m]") {
+  if (!test::gpu_or_skip()) return;
+  std::vector<MhaCase> cases;
+  for (auto [d, block_n] : {std::pair{64, 128}, {64, 64}, {128, 80}}) {
+    const auto lens = edge_lens();
+    auto add = [&](MhaCase c, MaskKind mask) {
+      c.d = c.dv = d;
+      c.block_m = 192;
+      c.block_n = block_n;
+      c.mask = mask;
+      cases.push_back(c);
+    };
+    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
+      add(ragged_case(lens.first, lens.second), mask);
+      add(padded_case(2, odd_in(300, 700), odd_in(300, 900)), mask);
+    }
+    MhaCase w = ragged_case(lens.first, lens.second);
+    w.window_left = rand_in(20, 300);
+    w.window_right = rand_in(0, 60);
+    add(w, MaskKind::kWindow);
+    MhaCase ch = ragged_case(lens.first, lens.second);
+    ch.chunk = rand_in(50, 200);
+    add(ch, MaskKind::kChunked);
+  }
+  MhaCase paged = paged_case(true, 64, {1, 700, 0, 33}, {1, 900, 5, 2000});
+  paged.d = paged.dv = 64;
+  paged.block_m = 192;
+  paged.block_n = 128;
+  paged.mask = MaskKind::kCausal;
+  cases.push_back(paged);
+  MhaCase packed = padded_case(3, 37, 1500);  // 37 positions × 8 heads = 296 rows, 2 blocks
+  packed.d = packed.dv = 64;
+  packed.h_q = 16;
+  packed.h_kv = 2;
+  packed.group = 8;
+  packed.block_m = 192;
+  packed.block_n = 128;
+  packed.mask = MaskKind::kCausal;
+  cases.push_back(packed);
+  MhaCase long_row = padded_case(1, 4099, 4099);
+  long_row.d = long_row.dv = 64;
+  long_row.h_q = long_row.h_kv = 8;
+  long_row.block_m = 192;
+  long_row.block_n = 128;
+  cases.push_back(long_row);
+  prepare_cases(cases);
+  for (const auto& c : cases) check_case(c);
+  RunOptions o;
+  o.num_splits = 3;
+  check_case(packed, o);
+  check_case(cases[0], o);
 }
 
 TEST_CASE("mha_fwd gives the same answer for every split count", "[gpu][mha_fwd]") {

@@ -62,16 +62,22 @@ void MhaFwdConfig::validate() const {
     bad("head_dim_v", fmt::format("must equal head_dim (64, 128, 256), or be 128 with head_dim "
                                   "192; got head_dim {} head_dim_v {}",
                                   head_dim, head_dim_v));
-  if (block_m != 128)
-    bad("block_m", fmt::format("must be 128 (two consumer warpgroups × 64 rows), got {}", block_m));
+  if (block_m != 128 && block_m != 192)
+    bad("block_m", fmt::format("must be 128 or 192 (two or three consumer warpgroups × 64 rows), "
+                               "got {}",
+                               block_m));
   if (block_n < 16 || block_n > 256 || block_n % 16 != 0)
     bad("block_n", fmt::format("must be a multiple of 16 in 16..256, got {}", block_n));
   // Registers per consumer thread: O (dv/2 floats), S (block_n/2) and P (block_n/4) under
   // the 255-register cap with room for addresses and row state.
-  if (head_dim_v / 2 + 3 * block_n / 4 > 224)
+  // Three warpgroups (384 threads) cap every thread at 168 registers.
+  const int accumulators = block_m == 192 ? 128 : 224;
+  if (head_dim_v / 2 + 3 * block_n / 4 > accumulators)
     bad("block_n", fmt::format("{} keys with head_dim_v {} need {} accumulator registers per "
-                               "thread (O + S + P), over the 224 that fit the 255-register cap",
-                               block_n, head_dim_v, head_dim_v / 2 + 3 * block_n / 4));
+                               "thread (O + S + P), over the {} that fit the {}-register cap of "
+                               "block_m {}",
+                               block_n, head_dim_v, head_dim_v / 2 + 3 * block_n / 4, accumulators,
+                               block_m == 192 ? 168 : 255, block_m));
   // ≥ 2: K of tile i+1 and V of tile i are refilled while tile i is in use.
   if (stages < 2 || stages > 4) bad("stages", fmt::format("must be 2..4, got {}", stages));
   if (swizzle != Swizzle::k128B)

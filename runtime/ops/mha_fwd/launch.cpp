@@ -20,7 +20,6 @@
 namespace attnjit {
 namespace {
 
-constexpr int kThreads = 2 * 128;  // two consumer warpgroups (thread 0 also issues TMA)
 constexpr int kCombineThreads = 128;    // 4 rows (one per warp)
 constexpr int kMaxSplits = 256;
 constexpr int kMaxGridYZ = 65535;
@@ -475,7 +474,7 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
   shape.grid[0] = static_cast<unsigned>(ka.m_tiles);
   shape.grid[1] = static_cast<unsigned>(heads_on_grid(s, c));
   shape.grid[2] = static_cast<unsigned>(s.b * splits);
-  shape.block[0] = kThreads;
+  shape.block[0] = static_cast<unsigned>(c.block_m / 64 * 128);  // a warpgroup per 64 rows
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&k_map),
                        const_cast<TmaDescriptor*>(&v_map), &ka};
@@ -508,7 +507,7 @@ OpSpec mha_fwd_op_spec() {
       {"dtype", "bf16, f16", "\"bf16\"", "q, k, v and out type"},
       {"head_dim", "64, 128, 192, 256", "128", "d of q·k"},
       {"head_dim_v", "= head_dim, or 128 with 192", "128", "d of v and out"},
-      {"block_m", "128", "128", "query rows per CTA (2 consumer warpgroups × 64)"},
+      {"block_m", "128, 192", "128", "query rows per CTA (2 or 3 consumer warpgroups × 64)"},
       {"block_n", "16..256, multiple of 16; dv/2 + 3·block_n/4 ≤ 224; power of 2 when paged",
        "128", "keys per KV tile"},
       {"stages", "2..4, within 227 KiB", "2", "K/V ring depth"},
