@@ -37,6 +37,8 @@ struct Traits {
   static constexpr u32 kReleaseArrivals = kConsumers * 4;
   // Register budget: one CTA per SM and 8 warps = 2 per SM sub-partition, whose 16K
   // registers then allow 255 per thread — room for O[64 × 256] f32 (128) next to S and P.
+  // Three warpgroups (block_m 192) put 3 warps on each and cap every thread at 168: d64
+  // with up to 128 keys (config.cpp checks the accumulators against either cap).
   // A ninth (producer) warp would put 3 warps on one sub-partition and cap every thread at
   // 168 (ptxas budgets the kernel for its worst sub-partition; setmaxnreg cannot raise a
   // role's compile-time budget), which spills d ≥ 128. So there is no producer role: one

@@ -2,13 +2,13 @@
 // sm90_mha_fwd: FlashAttention forward on Hopper (the FA3 design, written for this library).
 //
 // One CTA = one block of block_m query rows of one (sequence, head) over one split of its KV
-// tiles. block_m / 64 consumer warpgroups (two; three for d64), each owning 64 rows: S = Q·Kᵀ (SS wgmma,
-// N = block_n), score mod, mask (boundary tiles only), online softmax in exp2, P converted
-// in registers, O += P·V (RS wgmma, N = dv). K and V stream through a `stages`-deep ring
+// tiles. block_m / 64 consumer warpgroups (two, or three at 168 registers each), each owning
+// 64 rows: S = Q·Kᵀ (SS wgmma, N = block_n), score mod, mask (boundary tiles only), online
+// softmax in exp2, P converted in registers, O += P·V (RS wgmma, N = dv). K and V stream through a `stages`-deep ring
 // with separate barriers (S of a tile needs only its K; K is released after S, V after P·V).
 // Thread 0 issues the TMA loads: Q and the first `stages` tiles up front, then each freed
 // K / V stage's refill while its warpgroup's GEMMs run. Why no producer warp: see
-// Traits::kThreads (params.cuh). The two warpgroups ping-pong their GEMM issue and each
+// Traits::kThreads (params.cuh). The warpgroups take turns issuing their GEMMs and each
 // overlaps its softmax of tile i with its own P·V of tile i−1 (see consumer()).
 //
 // Stale rows: keys past a sequence (the next sequence's rows, a page's unused tail, NaN

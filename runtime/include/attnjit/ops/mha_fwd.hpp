@@ -46,7 +46,9 @@ struct MhaFwdConfig {
   DType dtype = DType::kBF16;          // q, k, v and out: bf16 or f16
   int head_dim = 128;                  // d (q·k): 64, 128, 192, 256
   int head_dim_v = 128;                // dv: = head_dim, or 128 with head_dim 192
-  int block_m = 128;                   // query rows per CTA (two consumer warpgroups × 64)
+  int block_m = 128;                   // query rows per CTA: 128 (two consumer warpgroups
+                                       // × 64 rows) or 192 (three, each capped at 168
+                                       // registers: dv/2 + 3·block_n/4 ≤ 128)
   int block_n = 128;                   // keys per KV tile: multiple of 16 in 16..256
   int stages = 2;                      // K/V ring depth (fit checked against 227 KiB)
   Swizzle swizzle = Swizzle::k128B;    // Q/K/V tile layout
