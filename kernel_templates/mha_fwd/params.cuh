@@ -16,7 +16,7 @@ struct Params {
   DType dtype;      // bf16 / f16
   int head_dim;     // d of q·k: 64, 128, 192, 256
   int head_dim_v;   // dv
-  int block_m;      // query rows per CTA = consumer warpgroups × 64: 128, or 192 (d64)
+  int block_m;      // query rows per CTA = consumer warpgroups × 64: 128 or 192
   int block_n;      // keys per KV tile
   int stages;       // K/V ring depth
   Swizzle swizzle;  // 128B
@@ -136,6 +136,5 @@ struct SharedStorage {
 
 template <Params P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
-
 
 }  // namespace attnjit::mha_fwd

@@ -4,8 +4,9 @@
 // One CTA = one block of block_m query rows of one (sequence, head) over one split of its KV
 // tiles. block_m / 64 consumer warpgroups (two, or three at 168 registers each), each owning
 // 64 rows: S = Q·Kᵀ (SS wgmma, N = block_n), score mod, mask (boundary tiles only), online
-// softmax in exp2, P converted in registers, O += P·V (RS wgmma, N = dv). K and V stream through a `stages`-deep ring
-// with separate barriers (S of a tile needs only its K; K is released after S, V after P·V).
+// softmax in exp2, P converted in registers, O += P·V (RS wgmma, N = dv). K and V stream
+// through a `stages`-deep ring with separate barriers (S of a tile needs only its K; K is
+// released after S, V after P·V).
 // Thread 0 issues the TMA loads: Q and the first `stages` tiles up front, then each freed
 // K / V stage's refill while its warpgroup's GEMMs run. Why no producer warp: see
 // Traits::kThreads (params.cuh). The warpgroups take turns issuing their GEMMs and each
@@ -304,8 +305,8 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
       issue_qk<P>(sc, q_addr, smem_u32(s.k[st]), wg);
       issue_pv<P>(o, pa, smem_u32(s.v[prev]));
       named_barrier_arrive(turn_of(next_wg<P>(wg)), 2 * kWarpgroupThreads);
-      // While both run: refill K of tile i−1's stage (both warpgroups finished S_{i−1}) and
-      // V of tile i−2's stage (both finished P·V_{i−2}).
+      // While they run: refill K of tile i−1's stage (every warpgroup finished S_{i−1}) and
+      // V of tile i−2's stage (every warpgroup finished P·V_{i−2}).
       if (issuer) {
         if (i - 1 + P.stages < n) {
           mbarrier_wait(&s.k_empty[prev], static_cast<u32>((i - 1) / P.stages) & 1u);

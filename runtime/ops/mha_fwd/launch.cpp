@@ -508,7 +508,8 @@ OpSpec mha_fwd_op_spec() {
       {"head_dim", "64, 128, 192, 256", "128", "d of q·k"},
       {"head_dim_v", "= head_dim, or 128 with 192", "128", "d of v and out"},
       {"block_m", "128, 192", "128", "query rows per CTA (2 or 3 consumer warpgroups × 64)"},
-      {"block_n", "16..256, multiple of 16; dv/2 + 3·block_n/4 ≤ 224; power of 2 when paged",
+      {"block_n", "16..256, multiple of 16; dv/2 + 3·block_n/4 ≤ 224 (128 with block_m 192); "
+                  "power of 2 when paged",
        "128", "keys per KV tile"},
       {"stages", "2..4, within 227 KiB", "2", "K/V ring depth"},
       {"swizzle", "128B", "\"128B\"", "Q/K/V smem layout"},
