@@ -20,6 +20,7 @@ using i64 = long long;
 
 inline constexpr int kWarpSize = 32;
 inline constexpr int kWarpgroupThreads = 128;  // 4 consecutive warps issue one wgmma
+inline constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in dynamic shared memory (227 KiB)
 
 ATTNJIT_DEVICE int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 ATTNJIT_DEVICE int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }

@@ -15,6 +15,7 @@
 #include "common/arch.cuh"
 #include "common/numeric.cuh"
 #include "mha_fwd/params.cuh"
+#include "mha_fwd/schedule.cuh"
 
 namespace attnjit::mha_fwd {
 
@@ -54,18 +55,17 @@ ATTNJIT_DEVICE int key_hi(int ip, int s_k, const Args& a) {
   return s_k - 1;
 }
 
+// The Work of unit u (schedule.cuh).
 template <Params P>
-ATTNJIT_DEVICE Work<P> locate(const Args& a) {
+ATTNJIT_DEVICE Work<P> locate(const Args& a, const UnitCoords u) {
   using T = Traits<P>;
   Work<P> w;
-  const int z = static_cast<int>(blockIdx.z);
-  w.batch = z / a.num_splits;
-  w.split = z % a.num_splits;
-  w.head = static_cast<int>(blockIdx.y);
-  w.kv_head = T::kPacked ? w.head : w.head / (a.h_q / a.h_kv);
+  w.batch = u.z / a.num_splits;
+  w.split = u.z % a.num_splits;
+  w.head = u.head;
+  w.kv_head = T::kPacked ? w.head : w.head / a.q_per_kv;
   // Causal-like masks make later row blocks longer: launch those first (longest first).
-  const int x = static_cast<int>(blockIdx.x);
-  w.row0 = (T::kCausalLike ? a.m_tiles - 1 - x : x) * P.block_m;
+  w.row0 = (T::kCausalLike ? a.m_tiles - 1 - u.x : u.x) * P.block_m;
 
   if constexpr (P.ragged) {
     w.q_row0 = clampi(a.q_offsets[w.batch], 0, a.total_q);

@@ -27,28 +27,35 @@ struct Params {
   int page_size;    // paged only
   int group;        // 0: one query head per CTA; g > 0: g query heads packed per KV head
   bool sink;        // per-head sink logits
+  bool persistent;  // a producer warpgroup + one CTA per SM walking a static unit list
 };
 
 template <Params P>
 struct Traits {
   static constexpr int kConsumers = P.block_m / 64;                  // math warpgroups: 2, 3
-  static constexpr int kThreads = kConsumers * kWarpgroupThreads;    // 256 or 384
+  // Persistent launch (mha_fwd/schedule.cuh): warpgroup 0 is a producer — one thread issues
+  // every TMA load, running ahead across units — and the consumers are warpgroups 1..2.
+  static constexpr bool kProducer = P.persistent;
+  static constexpr int kThreads = (kConsumers + (kProducer ? 1 : 0)) * kWarpgroupThreads;
   // Consumer warps that release a stage (one arrive per warp, after its wgmma_wait).
   static constexpr u32 kReleaseArrivals = kConsumers * 4;
-  // Register budget: one CTA per SM and 8 warps = 2 per SM sub-partition, whose 16K
-  // registers then allow 255 per thread — room for O[64 × 256] f32 (128) next to S and P.
-  // Three warpgroups (block_m 192) put 3 warps on each and cap every thread at 168: d64
-  // with up to 128 keys (config.cpp checks the accumulators against either cap).
-  // A ninth (producer) warp would put 3 warps on one sub-partition and cap every thread at
-  // 168 (ptxas budgets the kernel for its worst sub-partition; setmaxnreg cannot raise a
-  // role's compile-time budget), which spills d ≥ 128. So there is no producer role: one
-  // consumer thread issues the TMA loads (Q and the first `stages` tiles up front, then each
-  // freed stage's refill while its own warpgroup's S = Q·Kᵀ runs), as FlashMLA does.
+  // Register budget. Grid launch: one CTA per SM and 8 warps = 2 per SM sub-partition, whose
+  // 16K registers then allow 255 per thread — room for O[64 × 256] f32 (128) next to S and
+  // P. Three warpgroups (block_m 192) put 3 warps on each and cap every thread at 168: d64
+  // with up to 128 keys (config.cpp checks the accumulators against either cap). With no
+  // producer warp, one consumer thread issues the TMA loads (Q and the first `stages` tiles
+  // up front, then each freed stage's refill while its own warpgroup's S = Q·Kᵀ runs).
+  // Persistent launch: 384 threads enter at 168; setmaxnreg moves the producer down to
+  // kProducerRegs and the consumers up to kConsumerRegs (128·24 + 256·240 ≤ 64K). ptxas
+  // allocates each role's branch under its own limit (the roles are the two arms of one
+  // if/else at the kernel's top level).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
   // Small tiles (O + S + P ≤ 80 registers: d64 with 64 keys) fit 128 registers per thread:
   // two CTAs per SM, whose GEMMs and softmax interleave (the short causal d64 calls). Bound
   // explicitly: ptxas, left alone, put a variant of this loop at 129, which halves residency.
   static constexpr int kMinCtasPerSm =
-      kConsumers == 2 && P.head_dim_v / 2 + 3 * P.block_n / 4 <= 80 ? 2 : 1;
+      !kProducer && kConsumers == 2 && P.head_dim_v / 2 + 3 * P.block_n / 4 <= 80 ? 2 : 1;
   static constexpr int kElem = dtype_bytes(P.dtype);
   static constexpr int kSpan = 128;                                  // bytes per 128B row
   static constexpr int kSpanCols = kSpan / kElem;                    // 64 columns per box
@@ -59,6 +66,11 @@ struct Traits {
   static constexpr int kQBytes = kQkChunks * kQChunkBytes;           // Q [block_m][d]
   static constexpr int kKBytes = kQkChunks * kKChunkBytes;           // K [block_n][d]
   static constexpr int kVBytes = kVChunks * kKChunkBytes;            // V [block_n][dv]
+  // Q buffers: a persistent CTA loads the next unit's Q while the current unit runs where
+  // two fit next to the K/V ring (d64, d128; config.cpp's q_buffers() mirrors this); else the
+  // next Q waits for the current unit's last S.
+  static constexpr int kQBuffers =
+      kProducer && 2 * kQBytes + P.stages * (kKBytes + kVBytes) + 2048 <= kMaxSmemPerBlock ? 2 : 1;
   static constexpr int kGroup = P.group > 0 ? P.group : 1;           // query heads per row block
   static constexpr bool kPacked = P.group > 0;
   static constexpr int kQBoxRows = P.block_m / kGroup;               // query positions per tile
@@ -80,6 +92,8 @@ struct Traits {
                              (P.page_size & (P.page_size - 1)) == 0 &&
                              (P.block_n % P.page_size == 0 || P.page_size % P.block_n == 0)),
                 "pages are powers of two that tile the KV block (or the other way round)");
+  static_assert(!P.persistent || kConsumers == 2,
+                "persistent: a producer and two consumer warpgroups (the 240-register split)");
   static_assert(P.group == 0 || (P.group >= 2 && P.group <= 16 && P.block_m % P.group == 0),
                 "packed GQA: 2..16 query heads per KV head dividing the row block");
 };
@@ -106,6 +120,8 @@ struct Args {
   int max_pages;           // paged: block table width
   int num_splits;
   int m_tiles;             // row blocks per (sequence, head) in the grid
+  int q_per_kv;            // h_q / h_kv
+  int items;               // persistent: items of the unit list (schedule.cuh), else 0
   float scale_log2;        // softmax_scale · log2(e)
   float softcap_inv;       // softmax_scale / cap            (softcap)
   float softcap_log2;      // cap · log2(e)                  (softcap)
@@ -124,10 +140,11 @@ ATTNJIT_DEVICE u32 bar_of(Bar kind, int wg) { return static_cast<u32>(kind) + st
 template <Params P>
 struct SharedStorage {
   using T = Traits<P>;
-  alignas(1024) u8 q[T::kQBytes];              // Q [block_m rows][d] as kQkChunks boxes
+  alignas(1024) u8 q[T::kQBuffers][T::kQBytes];  // Q [block_m rows][d] as kQkChunks boxes
   alignas(1024) u8 k[P.stages][T::kKBytes];    // K [block_n keys][d]   (K-major B of Q·Kᵀ)
   alignas(1024) u8 v[P.stages][T::kVBytes];    // V [block_n keys][dv]  (MN-major B of P·V)
-  MBarrier q_full;
+  MBarrier q_full[T::kQBuffers];   // TMA of a Q buffer landed
+  MBarrier q_empty[T::kQBuffers];  // every consumer warp has finished its unit's last S (persistent)
   MBarrier k_full[P.stages];   // TMA of a K stage landed (S may start)
   MBarrier v_full[P.stages];   // TMA of a V stage landed (P·V may start)
   MBarrier k_empty[P.stages];  // every consumer warp has finished S of a K stage

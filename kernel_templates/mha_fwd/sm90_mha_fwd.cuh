@@ -71,17 +71,18 @@ ATTNJIT_DEVICE void load_kv_tile(const TmaDesc& map, MBarrier* bar, u8* dst, con
   }
 }
 
-// Q [block_m rows][d]: (positions × heads-in-group) boxes; rows past q are zero-filled,
-// rows of the next sequence are computed and never stored.
+// Q [block_m rows][d] into Q buffer qb: (positions × heads-in-group) boxes; rows past q are
+// zero-filled, rows of the next sequence are computed and never stored.
 template <Params P>
-ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Work<P>& w) {
+ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Work<P>& w, int qb) {
   using T = Traits<P>;
-  mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
+  mbarrier_arrive_expect_tx(&s.q_full[qb], T::kQBytes);
   const int q_head = T::kPacked ? w.kv_head * T::kGroup : w.head;
   const int q_pos = w.q_row0 + w.row0 / T::kGroup;
 #pragma unroll
   for (int c = 0; c < T::kQkChunks; ++c)
-    tma_load_3d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kSpanCols, q_head, q_pos);
+    tma_load_3d(q_map, &s.q_full[qb], s.q[qb] + c * T::kQChunkBytes, c * T::kSpanCols, q_head,
+                q_pos);
 }
 
 // K and V of the CTA's i-th tile (`tile` in the sequence) into stage i % stages.
@@ -96,7 +97,55 @@ ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& k_map, const Tma
   load_kv_tile<P, T::kVChunks>(v_map, &s.v_full[st], s.v[st], a, w, tile);
 }
 
-// ---- consumers (warpgroups 0, 1) -------------------------------------------------------
+// Where a unit sits in the CTA's load streams (persistent: units run back to back). KV tile
+// g of the stream (counting every unit's tiles) lives in stage g % stages, in its
+// (g / stages)-th use; Q load q in buffer q % kQBuffers. A grid launch has one unit at 0, 0.
+struct StreamPos {
+  int tile;  // stream index of the unit's first KV tile
+  int q;     // Q loads before the unit's
+};
+template <Params P>
+ATTNJIT_DEVICE int stage_of(int g) { return g % P.stages; }
+template <Params P>
+ATTNJIT_DEVICE u32 parity_of(int g) { return static_cast<u32>(g / P.stages) & 1u; }
+
+// ---- producer (persistent: warpgroup 0, one thread) ----------------------------------------
+
+// Streams the loads of the CTA's whole unit list: per unit with keys, its KV tiles through
+// the ring (each stage refilled once every consumer warp released its previous use) and its
+// Q (once the buffer's previous unit finished its last S). It runs up to `stages` tiles and
+// kQBuffers units ahead of the consumers, so the next unit's Q and first tiles land under
+// the current unit's last tiles and epilogue.
+template <Params P>
+ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const TmaDesc& q_map, const TmaDesc& k_map,
+                             const TmaDesc& v_map, const Args& a) {
+  using T = Traits<P>;
+  int g = 0, qn = 0;  // KV tiles and Q loads issued so far
+  for (UnitWalk<P> u = UnitWalk<P>::first(); u.valid(a); u.advance(a)) {
+    const Work<P> w = locate<P>(a, u.coords(a));
+    if (w.row0 >= w.rows) continue;  // no rows: the consumers skip it too
+#pragma unroll 1
+    for (int t = w.tile_begin; t < w.tile_end; ++t, ++g) {
+      const int st = stage_of<P>(g);
+      // The stage's previous use (g − stages) completed phase parity_of(g) ^ 1 of its empty.
+      if (g >= P.stages) mbarrier_wait(&s.k_empty[st], parity_of<P>(g) ^ 1u);
+      mbarrier_arrive_expect_tx(&s.k_full[st], T::kKBytes);
+      load_kv_tile<P, T::kQkChunks>(k_map, &s.k_full[st], s.k[st], a, w, t);
+      if (t == w.tile_begin) {  // Q after the first K: a single buffer waits for the last S
+        const int qb = qn % T::kQBuffers;
+        if (qn >= T::kQBuffers)
+          mbarrier_wait(&s.q_empty[qb], static_cast<u32>(qn / T::kQBuffers - 1) & 1u);
+        load_q<P>(s, q_map, w, qb);
+        ++qn;
+      }
+      if (g >= P.stages) mbarrier_wait(&s.v_empty[st], parity_of<P>(g) ^ 1u);
+      mbarrier_arrive_expect_tx(&s.v_full[st], T::kVBytes);
+      load_kv_tile<P, T::kVChunks>(v_map, &s.v_full[st], s.v[st], a, w, t);
+    }
+  }
+}
+
+// ---- consumers -----------------------------------------------------------------------------
 
 // Online-softmax state of this thread's two rows (the 4 lanes of a row hold partial sums;
 // they are reduced once, in the epilogue).
@@ -263,9 +312,10 @@ ATTNJIT_DEVICE int next_wg(int wg) { return wg + 1 == Traits<P>::kConsumers ? 0 
 // softmax of tile i with P·V of tile i−1 (FA3's intra-warpgroup overlap): issue S_i, issue
 // P·V_{i−1}, wait for S_i only, softmax, then wait for P·V_{i−1}, rescale O and convert P_i.
 // Registers: S (block_n/2) + P (block_n/4) + O (dv/2) floats live at once.
+// wg: the consumer index (0 .. kConsumers − 1); pos: the unit's place in the load streams.
 template <Params P>
 ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
-                             const Args& a, const Work<P>& w, int wg) {
+                             const Args& a, const Work<P>& w, int wg, const StreamPos pos) {
   using T = Traits<P>;
   float o[P.head_dim_v / 2];  // O [64 × dv] f32 accumulator fragment
 #pragma unroll
@@ -276,19 +326,26 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
                                       wg * 64 + wgmma_acc_coord(tid, 2).row);
   const int n = w.tile_end - w.tile_begin;
   if (n > 0) {
-    const u32 q_addr = smem_u32(s.q);
-    const bool issuer = threadIdx.x == 0;
+    const int qb = pos.q % T::kQBuffers;
+    const u32 q_addr = smem_u32(s.q[qb]);
+    const bool issuer = !T::kProducer && threadIdx.x == 0;  // grid launch: refills inline
+    // Persistent: after the unit's last S every warp releases its Q buffer.
+    auto release_q_after = [&](int i) {
+      if (T::kProducer && i == n - 1 && lane_id() == 0) mbarrier_arrive(&s.q_empty[qb]);
+    };
     float sc[P.block_n / 2];    // S_i, then P_i (f32)
     u32 pa[P.block_n / 16][4];  // P_{i−1} as the RS A operand: k16 step ks = columns [16ks, +16)
     float scale[2];
 
     // Tile 0: S and softmax (nothing to overlap with yet).
-    mbarrier_wait(&s.q_full, 0);
-    mbarrier_wait(&s.k_full[0], 0);
-    issue_qk<P>(sc, q_addr, smem_u32(s.k[0]), wg);
+    mbarrier_wait(&s.q_full[qb], static_cast<u32>(pos.q / T::kQBuffers) & 1u);
+    const int g0 = pos.tile;
+    mbarrier_wait(&s.k_full[stage_of<P>(g0)], parity_of<P>(g0));
+    issue_qk<P>(sc, q_addr, smem_u32(s.k[stage_of<P>(g0)]), wg);
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
-    if (lane_id() == 0) mbarrier_arrive(&s.k_empty[0]);
+    if (lane_id() == 0) mbarrier_arrive(&s.k_empty[stage_of<P>(g0)]);
+    release_q_after(0);
     softmax<P>(sc, rs, scale, rule, w, w.tile_begin, a);
 #pragma unroll
     for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
@@ -298,15 +355,17 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
 #pragma unroll 1
     for (int i = 1; i < n; ++i) {
       const int tile = w.tile_begin + i;
-      const int st = i % P.stages, prev = (i - 1) % P.stages;
-      mbarrier_wait(&s.k_full[st], static_cast<u32>(i / P.stages) & 1u);
-      mbarrier_wait(&s.v_full[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
+      const int g = g0 + i;  // stream index of tile i
+      const int st = stage_of<P>(g), prev = stage_of<P>(g - 1);
+      mbarrier_wait(&s.k_full[st], parity_of<P>(g));
+      mbarrier_wait(&s.v_full[prev], parity_of<P>(g - 1));
       named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
       issue_qk<P>(sc, q_addr, smem_u32(s.k[st]), wg);
       issue_pv<P>(o, pa, smem_u32(s.v[prev]));
       named_barrier_arrive(turn_of(next_wg<P>(wg)), 2 * kWarpgroupThreads);
-      // While they run: refill K of tile i−1's stage (every warpgroup finished S_{i−1}) and
-      // V of tile i−2's stage (every warpgroup finished P·V_{i−2}).
+      // Grid launch, while they run: refill K of tile i−1's stage (every warpgroup finished
+      // S_{i−1}) and V of tile i−2's stage (every warpgroup finished P·V_{i−2}). Stream
+      // index = i here (one unit).
       if (issuer) {
         if (i - 1 + P.stages < n) {
           mbarrier_wait(&s.k_empty[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
@@ -325,6 +384,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
       wgmma_wait<1>();  // S_i done; P·V_{i−1} may still run
       wgmma_fence_operands(sc);
       if (lane_id() == 0) mbarrier_arrive(&s.k_empty[st]);
+      release_q_after(i);
       softmax<P>(sc, rs, scale, rule, w, tile, a);
       wgmma_wait<0>();  // P·V_{i−1} done: its P registers and V stage are free
       wgmma_fence_operands(o);
@@ -339,9 +399,9 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
 
     // P·V of the last tile. Its keys past the sequence (a partial tile) may be NaN in V:
     // zero those rows first (every warp of this warpgroup, then a warpgroup barrier).
-    const int last = n - 1, lst = last % P.stages;
+    const int gl = g0 + n - 1, lst = stage_of<P>(gl);
     const int key0 = (w.tile_end - 1) * P.block_n;
-    mbarrier_wait(&s.v_full[lst], static_cast<u32>(last / P.stages) & 1u);
+    mbarrier_wait(&s.v_full[lst], parity_of<P>(gl));
     if (key0 + P.block_n > w.s_k) {
       zero_v_rows<P>(s.v[lst], w.s_k - key0);
       fence_proxy_async_smem();  // generic-proxy zeros, read by wgmma (async proxy)
@@ -353,13 +413,30 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
     if (wg != T::kConsumers - 1) named_barrier_arrive(turn_of(next_wg<P>(wg)), 2 * kWarpgroupThreads);
     wgmma_wait<0>();
     wgmma_fence_operands(o);
+    if (T::kProducer && lane_id() == 0) mbarrier_arrive(&s.v_empty[lst]);  // the next unit's
   }
   epilogue<P>(o, rs, a, w, wg);
 }
 
+// Persistent: a consumer warpgroup's walk over the CTA's units (the producer's list).
+template <Params P>
+ATTNJIT_DEVICE void consumer_units(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
+                                   const Args& a, int wg) {
+  StreamPos pos{0, 0};
+  for (UnitWalk<P> u = UnitWalk<P>::first(); u.valid(a); u.advance(a)) {
+    const Work<P> w = locate<P>(a, u.coords(a));
+    if (w.row0 >= w.rows) continue;  // row blocks past this sequence's queries
+    consumer<P>(s, k_map, v_map, a, w, wg, pos);
+    const int n = w.tile_end - w.tile_begin;
+    pos.tile += n;
+    pos.q += n > 0 ? 1 : 0;
+  }
+}
+
 // ---- entry -----------------------------------------------------------------------------
 
-// grid (m_tiles, heads (h_q, or h_kv when packed), batch × splits), Traits::kThreads.
+// Grid launch: (m_tiles, heads (h_q, or h_kv when packed), batch × splits) CTAs of one unit.
+// Persistent: (CTAs, 1, 1), at most one per SM, walking schedule.cuh's list. Traits::kThreads.
 template <Params P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
     kernel(const __grid_constant__ TmaDesc q_map,  // q [rows, h_q, d], box [block_m/g, g, 64]
@@ -376,7 +453,10 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
     prefetch_tma_desc(q_map);
     prefetch_tma_desc(k_map);
     prefetch_tma_desc(v_map);
-    mbarrier_init(&s.q_full, 1);
+    for (int i = 0; i < Traits<P>::kQBuffers; ++i) {
+      mbarrier_init(&s.q_full[i], 1);
+      mbarrier_init(&s.q_empty[i], Traits<P>::kReleaseArrivals);
+    }
     for (int i = 0; i < P.stages; ++i) {
       mbarrier_init(&s.k_full[i], 1);
       mbarrier_init(&s.v_full[i], 1);
@@ -386,14 +466,25 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
     fence_mbarrier_init();
   }
   __syncthreads();
-  const Work<P> w = locate<P>(args);
-  if (w.row0 < w.rows) {  // row blocks past this sequence's queries have nothing to do
-    if (threadIdx.x == 0 && w.tile_begin < w.tile_end) {  // Q and the first stages
-      load_q<P>(s, q_map, w);
-      for (int i = 0; i < P.stages && w.tile_begin + i < w.tile_end; ++i)
-        load_kv<P>(s, k_map, v_map, args, w, w.tile_begin + i, i);
+  if constexpr (Traits<P>::kProducer) {
+    // The roles are the two arms of this if/else: ptxas budgets each under its setmaxnreg.
+    if (warpgroup_id_uniform() == 0) {
+      warpgroup_reg_dealloc<Traits<P>::kProducerRegs>();
+      if (threadIdx.x == 0) producer<P>(s, q_map, k_map, v_map, args);
+    } else {
+      warpgroup_reg_alloc<Traits<P>::kConsumerRegs>();
+      consumer_units<P>(s, k_map, v_map, args, warpgroup_id_uniform() - 1);
     }
-    consumer<P>(s, k_map, v_map, args, w, warpgroup_id_uniform());
+  } else {
+    const Work<P> w = locate<P>(args, grid_unit());
+    if (w.row0 < w.rows) {  // row blocks past this sequence's queries have nothing to do
+      if (threadIdx.x == 0 && w.tile_begin < w.tile_end) {  // Q and the first stages
+        load_q<P>(s, q_map, w, 0);
+        for (int i = 0; i < P.stages && w.tile_begin + i < w.tile_end; ++i)
+          load_kv<P>(s, k_map, v_map, args, w, w.tile_begin + i, i);
+      }
+      consumer<P>(s, k_map, v_map, args, w, warpgroup_id_uniform(), StreamPos{0, 0});
+    }
   }
   pdl_launch_dependents();  // the combine kernel may start its prologue
 }

@@ -104,6 +104,7 @@ struct MhaCase {
   SinkKind sink = SinkKind::kNone;
   int group = 0;         // config.group (0: one query head per CTA)
   int block_m = 0, block_n = 0;  // config tile (0: the default's)
+  bool persistent = false;       // config.persistent
   double scale = 0.0;    // 0: 1/sqrt(d)
   int max_seqlen_k = -1; // ragged/paged bound: -1 the longest length, 0 the capacity
   int spare_pages = 3;   // paged: pool pages no sequence uses (NaN-filled)
@@ -128,6 +129,8 @@ struct MhaCase {
     if (mod == ScoreMod::kAlibi) s += " alibi";
     if (sink != SinkKind::kNone) s += sink == SinkKind::kSpecial ? " sink ±inf" : " sink";
     if (group) s += fmt::format(" group {}", group);
+    if (block_m || block_n) s += fmt::format(" tile {}x{}", block_m, block_n);
+    if (persistent) s += " persistent";
     return s + fmt::format(" scale {:.4f}", softmax_scale());
   }
 };
@@ -477,6 +480,7 @@ MhaFwdConfig config_for(const MhaCase& c) {
     cfg.group = c.group;
     if (c.block_m > 0) cfg.block_m = c.block_m;
     if (c.block_n > 0) cfg.block_n = c.block_n;
+    cfg.persistent = c.persistent;
     cfg.validate();
     return cfg;
   } catch (const Error& e) {
@@ -759,6 +763,67 @@ TEST_CASE("mha_fwd with three consumer warpgroups (block_m 192)", "[gpu][mha_fwd
   o.num_splits = 3;
   check_case(packed, o);
   check_case(cases[0], o);
+}
+
+// Persistent launch: CTAs walk several units each (up to 132 CTAs over hundreds of row
+// blocks), causal row blocks in (long, short) pairs with a lone middle one when the count is
+// odd, Q double-buffered (d64, d128) or not (d192, d256), units without keys or rows.
+TEST_CASE("mha_fwd persistent launch", "[gpu][mha_fwd][persistent]") {
+  if (!test::gpu_or_skip()) return;
+  std::vector<MhaCase> cases;
+  for (auto [d, dv, block_n] : {std::tuple{64, 64, 192}, {128, 128, 128}, {256, 256, 80},
+                                {192, 128, 128}}) {
+    auto add = [&](MhaCase c, MaskKind mask) {
+      c.d = d;
+      c.dv = dv;
+      c.block_n = block_n;
+      c.persistent = true;
+      c.mask = mask;
+      cases.push_back(c);
+    };
+    const auto lens = edge_lens();
+    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
+      add(ragged_case(lens.first, lens.second), mask);
+      // 4 sequences × 16 heads × 5 row blocks (odd: a lone middle block under causal):
+      // 320 units, 192 causal items, more than one per CTA either way.
+      MhaCase many = padded_case(4, 5 * 128 - odd_in(1, 60), odd_in(600, 900));
+      many.h_q = 16;
+      many.h_kv = 4;
+      add(many, mask);
+    }
+    MhaCase w = ragged_case(lens.first, lens.second);
+    w.window_left = rand_in(20, 300);
+    w.window_right = rand_in(0, 60);
+    add(w, MaskKind::kWindow);
+    MhaCase ch = ragged_case(lens.first, lens.second);
+    ch.chunk = rand_in(50, 200);
+    add(ch, MaskKind::kChunked);
+  }
+  MhaCase paged = paged_case(true, 64, {1, 700, 0, 33}, {1, 900, 5, 2000});
+  paged.block_n = 128;
+  paged.persistent = true;
+  paged.mask = MaskKind::kCausal;
+  cases.push_back(paged);
+  MhaCase packed = padded_case(3, 37, 1500);  // 37 positions × 8 heads = 296 rows, 3 blocks
+  packed.h_q = 16;
+  packed.h_kv = 2;
+  packed.group = 8;
+  packed.block_n = 128;
+  packed.persistent = true;
+  packed.mask = MaskKind::kCausal;
+  cases.push_back(packed);
+  MhaCase long_row = padded_case(1, 4099, 4099);
+  long_row.h_q = long_row.h_kv = 8;
+  long_row.block_n = 128;
+  long_row.persistent = true;
+  cases.push_back(long_row);
+  prepare_cases(cases);
+  for (const auto& c : cases) check_case(c);
+  RunOptions o;
+  o.num_splits = 3;
+  check_case(packed, o);
+  check_case(cases[0], o);
+  check_case(cases[1], o);
 }
 
 TEST_CASE("mha_fwd gives the same answer for every split count", "[gpu][mha_fwd]") {

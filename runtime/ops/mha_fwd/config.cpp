@@ -40,13 +40,24 @@ std::string_view to_string(MaskKind m) noexcept { return kMaskNames[static_cast<
 std::string_view to_string(ScoreMod s) noexcept { return kModNames[static_cast<size_t>(s)]; }
 std::string_view to_string(KvLayout l) noexcept { return kLayoutNames[static_cast<size_t>(l)]; }
 
+namespace {
+// Q + stages × (K + V) tiles of a plan with `q_tiles` Q buffers.
+int tile_bytes(const MhaFwdConfig& c, int q_tiles) {
+  const int e = dtype_bytes(c.dtype);
+  return q_tiles * c.block_m * c.head_dim * e + c.stages * c.block_n * (c.head_dim + c.head_dim_v) * e;
+}
+}  // namespace
+
+int MhaFwdConfig::q_buffers() const {
+  // Mirrors Traits::kQBuffers: the barriers and the base alignment take 2048 bytes at most.
+  return persistent && tile_bytes(*this, 2) + 2048 <= static_cast<int>(kMhaMaxSmemPerBlock) ? 2 : 1;
+}
+
 unsigned MhaFwdConfig::dynamic_smem_bytes() const {
   // Mirrors SharedStorage<P> (kernel_templates/mha_fwd/params.cuh; the kernel traps if
-  // launched with less): Q + stages × (K + V) tiles, 1 + 4·stages barriers, rounded to the
+  // launched with less): the tiles, 2 barriers per Q buffer and 4 per stage, rounded to the
   // 1024-byte tile alignment, plus 1024 for aligning the dynamic base.
-  const int e = dtype_bytes(dtype);
-  const int body = block_m * head_dim * e + stages * block_n * (head_dim + head_dim_v) * e +
-                   (1 + 4 * stages) * 8;
+  const int body = tile_bytes(*this, q_buffers()) + (2 * q_buffers() + 4 * stages) * 8;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 
@@ -68,16 +79,21 @@ void MhaFwdConfig::validate() const {
                                block_m));
   if (block_n < 16 || block_n > 256 || block_n % 16 != 0)
     bad("block_n", fmt::format("must be a multiple of 16 in 16..256, got {}", block_n));
+  if (persistent && block_m != 128)
+    bad("persistent", fmt::format("needs block_m 128 (a producer and two consumer warpgroups "
+                                  "share the registers), got block_m {}",
+                                  block_m));
   // Registers per consumer thread: O (dv/2 floats), S (block_n/2) and P (block_n/4) under
-  // the 255-register cap with room for addresses and row state.
-  // Three warpgroups (384 threads) cap every thread at 168 registers.
-  const int accumulators = block_m == 192 ? 128 : 224;
+  // the cap, with room for addresses and row state: 255 for two consumer warpgroups, 240
+  // for them next to a producer (persistent), 168 for three (384 threads).
+  const int cap = block_m == 192 ? 168 : (persistent ? 240 : 255);
+  const int accumulators = cap == 168 ? 128 : (cap == 240 ? 208 : 224);
   if (head_dim_v / 2 + 3 * block_n / 4 > accumulators)
     bad("block_n", fmt::format("{} keys with head_dim_v {} need {} accumulator registers per "
                                "thread (O + S + P), over the {} that fit the {}-register cap of "
-                               "block_m {}",
+                               "block_m {}{}",
                                block_n, head_dim_v, head_dim_v / 2 + 3 * block_n / 4, accumulators,
-                               block_m == 192 ? 168 : 255, block_m));
+                               cap, block_m, persistent ? " persistent" : ""));
   // ≥ 2: K of tile i+1 and V of tile i are refilled while tile i is in use.
   if (stages < 2 || stages > 4) bad("stages", fmt::format("must be 2..4, got {}", stages));
   if (swizzle != Swizzle::k128B)
@@ -125,6 +141,7 @@ std::string MhaFwdConfig::to_json() const {
   j["page_size"] = page_size;
   j["group"] = group;
   j["sink"] = sink;
+  j["persistent"] = persistent;
   return j.dump();
 }
 
@@ -149,6 +166,7 @@ MhaFwdConfig MhaFwdConfig::from_json(std::string_view text) {
   c.page_size = r.get_int("page_size", d.page_size);
   c.group = r.get_int("group", d.group);
   c.sink = r.get_bool("sink", d.sink);
+  c.persistent = r.get_bool("persistent", d.persistent);
   r.finish();
   c.validate();
   return c;
@@ -163,6 +181,7 @@ std::string MhaFwdConfig::describe() const {
   if (kv_layout == KvLayout::kPaged) s += fmt::format(" paged{}", page_size);
   if (group > 0) s += fmt::format(" g{}", group);
   if (sink) s += " sink";
+  if (persistent) s += " persistent";
   return s;
 }
 
@@ -230,6 +249,7 @@ jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch) {
       {"page_size", std::to_string(c.page_size)},
       {"group", std::to_string(c.group)},
       {"sink", cxx_bool(c.sink)},
+      {"persistent", cxx_bool(c.persistent)},
   };
   r.source.config_json = c.to_json();
   r.options.arch = arch;

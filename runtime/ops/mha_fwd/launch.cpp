@@ -37,7 +37,8 @@ struct KernelArgs {
   float* lse;
   float* part_out;
   float* part_lse;
-  int batch, h_q, h_kv, s_q, s_k, total_q, total_k, max_pages, num_splits, m_tiles;
+  int batch, h_q, h_kv, s_q, s_k, total_q, total_k, max_pages, num_splits, m_tiles, q_per_kv,
+      items;
   float scale_log2, softcap_inv, softcap_log2;
   int window_left, window_right, chunk;
 };
@@ -62,7 +63,7 @@ struct CheckArgs {
 // Binary kernel-table keys (padding-free).
 struct MainKey {
   int32_t dtype, head_dim, head_dim_v, block_m, block_n, stages, swizzle, mask, score_mod, ragged,
-      kv_layout, page_size, group, sink;
+      kv_layout, page_size, group, sink, persistent;
 };
 struct CombineKey {
   int32_t dtype, head_dim_v, ragged, sink;
@@ -75,7 +76,7 @@ const jit::Kernel& main_kernel(const MhaFwdConfig& c, Arch arch) {
   const MainKey key{static_cast<int32_t>(c.dtype), c.head_dim, c.head_dim_v, c.block_m, c.block_n,
                     c.stages, static_cast<int32_t>(c.swizzle), static_cast<int32_t>(c.mask),
                     static_cast<int32_t>(c.score_mod), c.ragged, static_cast<int32_t>(c.kv_layout),
-                    c.page_size, c.group, c.sink};
+                    c.page_size, c.group, c.sink, c.persistent};
   return jit::get_kernel(jit::make_key(ops::kMhaFwdOpId, arch, key), [&] {
     c.validate();
     ops::require_sm90a(arch, "mha_fwd");
@@ -463,6 +464,15 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
   ka.max_pages = static_cast<int>(s.max_pages);
   ka.num_splits = splits;
   ka.m_tiles = static_cast<int>(m_tiles(s, c));
+  ka.q_per_kv = static_cast<int>(s.h_q / s.h_kv);
+  if (c.persistent) {
+    const int64_t items = (c.mask != MaskKind::kNone ? (ka.m_tiles + 1) / 2 : ka.m_tiles) *
+                          heads_on_grid(s, c) * s.b * splits;
+    if (items > INT32_MAX)
+      fail_arg("q", fmt::format("{} row blocks × heads × batch × splits exceed the persistent "
+                                "launch's 2^31 items", items));
+    ka.items = static_cast<int>(items);
+  }
   ka.scale_log2 = a.softmax_scale * kLog2e;
   ka.softcap_inv = c.score_mod == ScoreMod::kSoftcap ? a.softmax_scale / a.softcap : 0.0f;
   ka.softcap_log2 = c.score_mod == ScoreMod::kSoftcap ? a.softcap * kLog2e : 0.0f;
@@ -471,10 +481,18 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
   ka.chunk = c.mask == MaskKind::kChunked ? a.chunk : 1;
 
   jit::LaunchShape shape;
-  shape.grid[0] = static_cast<unsigned>(ka.m_tiles);
-  shape.grid[1] = static_cast<unsigned>(heads_on_grid(s, c));
-  shape.grid[2] = static_cast<unsigned>(s.b * splits);
-  shape.block[0] = static_cast<unsigned>(c.block_m / 64 * 128);  // a warpgroup per 64 rows
+  if (c.persistent) {
+    // One CTA per SM (the registers of 384 threads at 240/24 allow no second), each walking
+    // items c, c + grid, … (kernel_templates/mha_fwd/schedule.cuh: causal-like masks pair
+    // the row blocks of a head).
+    shape.grid[0] = static_cast<unsigned>(std::min<int64_t>(ka.items, info.sm_count));
+    shape.block[0] = static_cast<unsigned>((c.block_m / 64 + 1) * 128);  // + the producer
+  } else {
+    shape.grid[0] = static_cast<unsigned>(ka.m_tiles);
+    shape.grid[1] = static_cast<unsigned>(heads_on_grid(s, c));
+    shape.grid[2] = static_cast<unsigned>(s.b * splits);
+    shape.block[0] = static_cast<unsigned>(c.block_m / 64 * 128);  // a warpgroup per 64 rows
+  }
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&k_map),
                        const_cast<TmaDescriptor*>(&v_map), &ka};
@@ -520,6 +538,8 @@ OpSpec mha_fwd_op_spec() {
       {"page_size", "paged: 16..256 power of 2; else 0", "0", "tokens per KV page"},
       {"group", "0, 2, 4, 8, 16", "0", "query heads packed per KV head (0: none)"},
       {"sink", "true, false", "false", "per-head attention sink"},
+      {"persistent", "true, false (true: block_m 128, dv/2 + 3·block_n/4 ≤ 208)", "false",
+       "one CTA per SM over a static row-block list, producer warpgroup"},
   };
   op.archs = {kSm90a};
   op.default_set = [] {

@@ -61,9 +61,15 @@ struct MhaFwdConfig {
                                        // g ∈ {2,4,8,16}: pack g query heads of one KV head
                                        // into the rows of a CTA (h_q = g·h_kv, decode/GQA)
   bool sink = false;                   // per-head attention sink logits
+  bool persistent = false;             // one CTA per SM walking a static list of row blocks
+                                       // (causal: long and short paired), a producer
+                                       // warpgroup loading the next one's Q and K/V under
+                                       // the current one's tail; block_m 128 only, consumers
+                                       // at 240 registers (dv/2 + 3·block_n/4 ≤ 208)
 
   void validate() const;  // throws Error(kUnsupportedConfig) naming the field and the rule
   unsigned dynamic_smem_bytes() const;
+  int q_buffers() const;  // Q tiles in shared memory: 2 when persistent and they fit, else 1
   std::string to_json() const;  // canonical: fixed key order
   static MhaFwdConfig from_json(std::string_view json);
   std::string describe() const;  // "bf16 d128 128x128 s2 causal ragged"
