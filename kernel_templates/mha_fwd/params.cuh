@@ -49,8 +49,8 @@ struct Traits {
   // kProducerRegs and the consumers up to kConsumerRegs (128·24 + 256·240 ≤ 64K). ptxas
   // allocates each role's branch under its own limit (the roles are the two arms of one
   // if/else at the kernel's top level).
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kProducerRegs = 32;
+  static constexpr int kConsumerRegs = 232;
   // Small tiles (O + S + P ≤ 80 registers: d64 with 64 keys) fit 128 registers per thread:
   // two CTAs per SM, whose GEMMs and softmax interleave (the short causal d64 calls). Bound
   // explicitly: ptxas, left alone, put a variant of this loop at 129, which halves residency.
