@@ -46,9 +46,11 @@ struct Traits {
   // producer warp, one consumer thread issues the TMA loads (Q and the first `stages` tiles
   // up front, then each freed stage's refill while its own warpgroup's S = Q·Kᵀ runs).
   // Persistent launch: 384 threads enter at 168; setmaxnreg moves the producer down to
-  // kProducerRegs and the consumers up to kConsumerRegs (128·24 + 256·240 ≤ 64K). ptxas
-  // allocates each role's branch under its own limit (the roles are the two arms of one
-  // if/else at the kernel's top level).
+  // kProducerRegs and the consumers up to kConsumerRegs. The consumers can only take what
+  // the producer frees: 128·32 + 256·232 ≤ 384·168 (FA3's 24/240 left the producer one
+  // register short for packed or paged loads, which spilled). ptxas allocates each role's
+  // branch under its own limit (the roles are the two arms of one if/else at the kernel's
+  // top level).
   static constexpr int kProducerRegs = 32;
   static constexpr int kConsumerRegs = 232;
   // Small tiles (O + S + P ≤ 80 registers: d64 with 64 keys) fit 128 registers per thread:
@@ -93,7 +95,7 @@ struct Traits {
                              (P.block_n % P.page_size == 0 || P.page_size % P.block_n == 0)),
                 "pages are powers of two that tile the KV block (or the other way round)");
   static_assert(!P.persistent || kConsumers == 2,
-                "persistent: a producer and two consumer warpgroups (the 240-register split)");
+                "persistent: a producer and two consumer warpgroups (the 232-register split)");
   static_assert(P.group == 0 || (P.group >= 2 && P.group <= 16 && P.block_m % P.group == 0),
                 "packed GQA: 2..16 query heads per KV head dividing the row block");
 };

@@ -1,16 +1,21 @@
 #pragma once
 // sm90_mha_fwd: FlashAttention forward on Hopper (the FA3 design, written for this library).
 //
-// One CTA = one block of block_m query rows of one (sequence, head) over one split of its KV
-// tiles. block_m / 64 consumer warpgroups (two, or three at 168 registers each), each owning
-// 64 rows: S = Q·Kᵀ (SS wgmma, N = block_n), score mod, mask (boundary tiles only), online
-// softmax in exp2, P converted in registers, O += P·V (RS wgmma, N = dv). K and V stream
-// through a `stages`-deep ring with separate barriers (S of a tile needs only its K; K is
-// released after S, V after P·V).
-// Thread 0 issues the TMA loads: Q and the first `stages` tiles up front, then each freed
-// K / V stage's refill while its warpgroup's GEMMs run. Why no producer warp: see
-// Traits::kThreads (params.cuh). The warpgroups take turns issuing their GEMMs and each
-// overlaps its softmax of tile i with its own P·V of tile i−1 (see consumer()).
+// A unit = one block of block_m query rows of one (sequence, head) over one split of its KV
+// tiles (mha_fwd/schedule.cuh). block_m / 64 consumer warpgroups (two, or three at 168
+// registers each), each owning 64 rows: S = Q·Kᵀ (SS wgmma, N = block_n), score mod, mask
+// (boundary tiles only), online softmax in exp2, P converted in registers, O += P·V (RS
+// wgmma, N = dv). K and V stream through a `stages`-deep ring with separate barriers (S of a
+// tile needs only its K; K is released after S, V after P·V). The warpgroups take turns
+// issuing their GEMMs and each overlaps its softmax of tile i with its own P·V of tile i−1
+// (see consumer()).
+// Two launches (Params::persistent):
+// - grid: a CTA per unit; thread 0 issues the TMA loads — Q and the first `stages` tiles up
+//   front, then each freed K / V stage's refill while its warpgroup's GEMMs run — so all 8
+//   warps keep 255 registers (Traits::kThreads);
+// - persistent: a CTA per SM walks a list of units; a producer warpgroup (one thread)
+//   streams every unit's Q and K/V through the ring, so the next unit's loads land under
+//   the current one's last tiles and epilogue, and a unit's start costs no load latency.
 //
 // Stale rows: keys past a sequence (the next sequence's rows, a page's unused tail, NaN
 // included) are masked by replacement in S, and their V rows are zeroed in shared memory
@@ -145,7 +150,7 @@ ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const TmaDesc& q_map, const Tm
   }
 }
 
-// ---- consumers -----------------------------------------------------------------------------
+// ---- consumers (warpgroups 0 .. kConsumers − 1, after the producer when there is one) -----
 
 // Online-softmax state of this thread's two rows (the 4 lanes of a row hold partial sums;
 // they are reduced once, in the epilogue).
@@ -162,7 +167,7 @@ template <Params P, bool kMasked>
 ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                                  const RowRule<P>& rule, int key0, const Args& a) {
   constexpr bool kFused = P.score_mod == Mod::kNone;
-  constexpr int kPolyEvery = P.head_dim <= 64 ? 4 : 0;  // share of exp2 on the FMA pipe
+  constexpr int kPolyEvery = P.head_dim <= 64 ? 3 : 0;  // share of exp2 on the FMA pipe
   const int tid = thread_in_warpgroup();
   float tile_max[2] = {neg_inf(), neg_inf()};
 #pragma unroll

@@ -138,6 +138,30 @@ TEST_CASE("mha_fwd config validation names the field", "[config][mha_fwd]") {
                   c.block_n = 96;
                 }).validate(),
                 unsupported, "'block_n'");
+  // Persistent: two consumer warpgroups next to the producer, at 232 registers each.
+  REQUIRE_ERROR(with([](auto& c) {
+                  c.persistent = true;
+                  c.block_m = 192;
+                  c.head_dim = c.head_dim_v = 64;
+                  c.block_n = 64;
+                }).validate(),
+                unsupported, "'persistent'");
+  with([](auto& c) {
+    c.persistent = true;
+    c.head_dim = c.head_dim_v = 64;
+    c.block_n = 208;
+  }).validate();
+  REQUIRE_ERROR(with([](auto& c) {
+                  c.persistent = true;
+                  c.head_dim = c.head_dim_v = 64;
+                  c.block_n = 224;
+                }).validate(),
+                unsupported, "'block_n'");
+  REQUIRE_ERROR(with([](auto& c) {
+                  c.persistent = true;
+                  c.block_n = 176;
+                }).validate(),
+                unsupported, "'block_n'");
   for (int n : {0, -16, 8, 100, 272, 512})  // multiple of 16 in 16..256
     REQUIRE_ERROR(with([&](auto& c) { c.block_n = n; }).validate(), unsupported, "'block_n'");
   for (int s : {0, -1})
@@ -181,9 +205,11 @@ TEST_CASE("mha_fwd config JSON round-trips and rejects unknown or mistyped field
   c.page_size = 64;
   c.group = 4;
   c.sink = true;
+  c.persistent = true;
   REQUIRE_NOTHROW(c.validate());
   const std::string json = c.to_json();
   INFO(json);
+  CHECK(json.find("\"persistent\":true") != std::string::npos);
   CHECK(json.find("\"head_dim\":192") != std::string::npos);
   CHECK(json.find("\"dtype\":\"f16\"") != std::string::npos);
   CHECK(json.find("\"mask\":\"chunked\"") != std::string::npos);
@@ -245,18 +271,34 @@ TEST_CASE("mha_fwd short calls take a smaller key tile only where it pays",
     }
     return n;
   };
-  // d64 causal: 64 keys up to 4k (the diagonal tile's masked half), then the default.
-  CHECK(tile(64, MaskKind::kCausal, 1024) == 64);
-  CHECK(tile(64, MaskKind::kCausal, 4096) == 64);
-  CHECK(tile(64, MaskKind::kCausal, 8192) == 0);
-  CHECK(tile(64, MaskKind::kNone, 1024) == 0);
-  // d128 causal: 128 keys up to 2k.
-  CHECK(tile(128, MaskKind::kCausal, 1024) == 128);
-  CHECK(tile(128, MaskKind::kCausal, 4096) == 0);
-  // d128 unmasked: only where 192-key tiles leave a wasteful partial last tile.
-  CHECK(tile(128, MaskKind::kNone, 1024) == 128);  // 5⅓ tiles of 192: 12.5 % padding
-  CHECK(tile(128, MaskKind::kNone, 1536) == 0);    // 8 whole tiles
-  CHECK(tile(128, MaskKind::kNone, 2048) == 0);    // 3 % padding
+  // Persistent d64 causal: 128 keys up to 2k (the diagonal tile's masked half), then 192.
+  CHECK(tile(64, MaskKind::kCausal, 1024) == 128);
+  CHECK(tile(64, MaskKind::kCausal, 2048) == 128);
+  CHECK(tile(64, MaskKind::kCausal, 4096) == 0);
+  // Persistent d64 unmasked: 208 keys where 192's last tile pads over 5 % more.
+  CHECK(tile(64, MaskKind::kNone, 1024) == 208);  // 6 tiles of 192 (12.5 % padding) or 5 of 208
+  CHECK(tile(64, MaskKind::kNone, 4096) == 0);    // 3 % padding against 1.6 %
+  CHECK(tile(64, MaskKind::kNone, 1536) == 0);    // 8 whole tiles of 192
+  // Persistent d128 already runs 128 keys.
+  CHECK(tile(128, MaskKind::kCausal, 1024) == 0);
+  CHECK(tile(128, MaskKind::kNone, 1024) == 0);
+  // The grid launch (what packed groups run): d64 causal 64 keys up to 4k; d128 128 keys up
+  // to 2k when causal, and unmasked where 192-key tiles leave a wasteful partial last tile.
+  auto grid_tile = [](int d, MaskKind m, int64_t s_k) {
+    MhaFwdConfig base = mha_fwd_default_config(DType::kBF16, d, d, m, false, KvLayout::kContiguous, 0);
+    base.group = 8;
+    base = ops::mha_grid_for_packed_groups(base);
+    REQUIRE_FALSE(base.persistent);
+    return ops::mha_short_call_block_n(base, s_k);
+  };
+  CHECK(grid_tile(64, MaskKind::kCausal, 4096) == 64);
+  CHECK(grid_tile(64, MaskKind::kCausal, 8192) == 0);
+  CHECK(grid_tile(64, MaskKind::kNone, 1024) == 0);
+  CHECK(grid_tile(128, MaskKind::kCausal, 1024) == 128);
+  CHECK(grid_tile(128, MaskKind::kCausal, 4096) == 0);
+  CHECK(grid_tile(128, MaskKind::kNone, 1024) == 128);  // 5⅓ tiles of 192: 12.5 % padding
+  CHECK(grid_tile(128, MaskKind::kNone, 1536) == 0);    // 8 whole tiles
+  CHECK(grid_tile(128, MaskKind::kNone, 2048) == 0);    // 3 % padding
   // Other head dims, masks and layouts keep the default; so does an unknown length.
   CHECK(tile(256, MaskKind::kCausal, 1024) == 0);
   CHECK(tile(128, MaskKind::kWindow, 1024) == 0);

@@ -10,6 +10,7 @@
 #include "attnjit/error.hpp"
 #include "attnjit/ops/mha_fwd.hpp"
 #include "attnjit/tuning.hpp"
+#include "ops/mha_fwd/config.hpp"
 #include "ops/mha_fwd/mha_fwd_tuning.hpp"
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
@@ -137,10 +138,12 @@ TEST_CASE("tune mha_fwd: the default candidate is mha_fwd_default_config with th
   // A short causal row: the smaller tile mha_fwd_selected_config runs without a DB entry.
   json short_row = row(64, 64, 1);
   short_row["s_q"] = short_row["s_k"] = 1024;
-  CHECK(t.default_candidate(t.canonical_shape(short_row))["block_n"] == 64);
+  CHECK(t.default_candidate(t.canonical_shape(short_row))["block_n"] == 128);
   MhaFwdConfig dec = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, false,
                                             KvLayout::kContiguous, 0);
   dec.group = 8;
+  dec = ops::mha_grid_for_packed_groups(dec);  // packed groups run the grid launch
+  CHECK_FALSE(dec.persistent);
   json want = json::parse(dec.to_json());
   want["num_splits"] = 0;
   CHECK(t.default_candidate(t.canonical_shape(kDecode)) == want);
@@ -233,11 +236,11 @@ TEST_CASE("tune mha_fwd: mha_fwd_selected_config without a database is the calle
   CHECK(mha_fwd_selected_config(a, base) == base);
 
   // Ragged and paged calls, a window mask, and tensors of the wrong rank: the same.
-  MhaFwdConfig ragged = mha_fwd_default_config(DType::kBF16, 64, 64, MaskKind::kNone, true,
+  MhaFwdConfig ragged = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kNone, true,
                                                KvLayout::kContiguous, 0);
   MhaFwdArgs r;
-  r.q = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 64});
-  r.k = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 64});
+  r.q = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 128});
+  r.k = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 128});
   r.q_offsets = TensorView::contiguous(nullptr, DType::kI32, {5});
   r.max_seqlen_q = 400;
   CHECK(mha_fwd_selected_config(r, ragged) == ragged);

@@ -84,10 +84,10 @@ void MhaFwdConfig::validate() const {
                                   "share the registers), got block_m {}",
                                   block_m));
   // Registers per consumer thread: O (dv/2 floats), S (block_n/2) and P (block_n/4) under
-  // the cap, with room for addresses and row state: 255 for two consumer warpgroups, 240
+  // the cap, with room for addresses and row state: 255 for two consumer warpgroups, 232
   // for them next to a producer (persistent), 168 for three (384 threads).
-  const int cap = block_m == 192 ? 168 : (persistent ? 240 : 255);
-  const int accumulators = cap == 168 ? 128 : (cap == 240 ? 208 : 224);
+  const int cap = block_m == 192 ? 168 : (persistent ? 232 : 255);
+  const int accumulators = cap == 168 ? 128 : (cap == 232 ? 192 : 224);
   if (head_dim_v / 2 + 3 * block_n / 4 > accumulators)
     bad("block_n", fmt::format("{} keys with head_dim_v {} need {} accumulator registers per "
                                "thread (O + S + P), over the {} that fit the {}-register cap of "
@@ -197,35 +197,59 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
   c.ragged = ragged;
   c.kv_layout = kv_layout;
   c.page_size = kv_layout == KvLayout::kPaged ? page_size : 0;
-  // Key tiles measured on an H100 (docs/bench-notes.md, 8k rows): the largest tile whose
-  // O + S + P fragments fit the registers wins while softmax per tile is the bottleneck
-  // (d64: 256 keys, +21% over 128; 240 under a mask, whose per-key test spills at 256);
-  // d128 peaks at 192; d256 at 80 (the per-row sweep picked 80 on every non-causal row,
-  // +3–10 % over 64). Paged KV needs a power of two. 2 stages: a third never paid.
+  // Persistent launch for contiguous KV: 8–19 % faster on every bench row on an H100
+  // (docs/bench-notes.md, session 6), the short rows most. Not for paged KV (grid launch as
+  // before) nor for d256 with a score mod (its consumers spill at the 232-register cap).
   const bool paged = kv_layout == KvLayout::kPaged;
-  if (head_dim_v == 64) {
-    c.block_n = mask == MaskKind::kNone ? 256 : (paged ? 128 : 240);
-  } else if (head_dim_v == 128) {
-    c.block_n = head_dim == 128 && !paged ? 192 : 128;
-  } else {
-    c.block_n = paged ? 64 : 80;
-  }
+  c.persistent = !paged && (head_dim_v < 256 || score_mod == ScoreMod::kNone);
+  c.block_n = ops::mha_default_block_n(c);
   c.stages = 2;
   return c;
 }
 
 namespace ops {
 
+int mha_default_block_n(const MhaFwdConfig& c) {
+  // Key tiles measured on an H100 (docs/bench-notes.md): the largest tile whose O + S + P
+  // fragments fit the registers wins while softmax per tile is the bottleneck. Persistent
+  // (232 registers): d64 192 keys (208 spills nothing but loses 2 % at 16k), d128 128
+  // (160 ties; 192 spills), d256 80, d192 128. Grid launch (255 registers): d64 256 keys
+  // (240 under a mask, whose per-key test spills at 256), d128 192, d256 80 (64 paged).
+  // Paged KV needs a power of two.
+  const bool paged = c.kv_layout == KvLayout::kPaged;
+  if (c.persistent) return c.head_dim_v == 64 ? 192 : (c.head_dim_v == 128 ? 128 : 80);
+  if (c.head_dim_v == 64) return c.mask == MaskKind::kNone ? 256 : (paged ? 128 : 240);
+  if (c.head_dim_v == 128) return c.head_dim == 128 && !paged ? 192 : 128;
+  return paged ? 64 : 80;
+}
+
+MhaFwdConfig mha_grid_for_packed_groups(MhaFwdConfig c) {
+  if (c.group > 0 && c.persistent) {
+    c.persistent = false;
+    c.block_n = mha_default_block_n(c);
+  }
+  return c;
+}
+
 int mha_short_call_block_n(const MhaFwdConfig& base, int64_t s_k) {
   const bool causal = base.mask == MaskKind::kCausal;
   if ((!causal && base.mask != MaskKind::kNone) || base.kv_layout == KvLayout::kPaged || s_k <= 0)
     return 0;
-  if (causal && base.head_dim == 64 && base.head_dim_v == 64 && s_k <= 4096) return 64;
+  auto padded = [s_k](int64_t n) { return (s_k + n - 1) / n * n; };
+  // Unmasked: a tile whose last one wastes over 5 % of the keys fewer than base's.
+  auto less_padding = [&](int n) { return (padded(base.block_n) - padded(n)) * 20 > s_k ? n : 0; };
+  if (base.head_dim == 64 && base.head_dim_v == 64) {
+    if (base.persistent) {
+      // 128 keys up to 2k under causal (1k: 486 against 562 µs with 192); unmasked, 208
+      // where it pads less than 192 (1k: 5 tiles of 208 against 6 of 192, 760 against 828 µs).
+      if (causal) return s_k <= 2048 ? 128 : 0;
+      return base.block_n == 192 ? less_padding(208) : 0;
+    }
+    return causal && s_k <= 4096 ? 64 : 0;
+  }
   if (base.head_dim != 128 || base.head_dim_v != 128 || s_k > 2048 || base.block_n <= 128) return 0;
   if (causal) return 128;
-  // Unmasked: only where base's last tile wastes over 5 % of the keys more than 128's would.
-  auto padded = [s_k](int64_t n) { return (s_k + n - 1) / n * n; };
-  return (padded(base.block_n) - padded(128)) * 20 > s_k ? 128 : 0;
+  return less_padding(128);
 }
 
 jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch) {

@@ -482,7 +482,7 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
 
   jit::LaunchShape shape;
   if (c.persistent) {
-    // One CTA per SM (the registers of 384 threads at 240/24 allow no second), each walking
+    // One CTA per SM (the registers of 384 threads at 232/32 allow no second), each walking
     // items c, c + grid, … (kernel_templates/mha_fwd/schedule.cuh: causal-like masks pair
     // the row blocks of a head).
     shape.grid[0] = static_cast<unsigned>(std::min<int64_t>(ka.items, info.sm_count));
@@ -538,7 +538,7 @@ OpSpec mha_fwd_op_spec() {
       {"page_size", "paged: 16..256 power of 2; else 0", "0", "tokens per KV page"},
       {"group", "0, 2, 4, 8, 16", "0", "query heads packed per KV head (0: none)"},
       {"sink", "true, false", "false", "per-head attention sink"},
-      {"persistent", "true, false (true: block_m 128, dv/2 + 3·block_n/4 ≤ 208)", "false",
+      {"persistent", "true, false (true: block_m 128, dv/2 + 3·block_n/4 ≤ 192)", "true (contiguous KV)",
        "one CTA per SM over a static row-block list, producer warpgroup"},
   };
   op.archs = {kSm90a};
@@ -577,7 +577,7 @@ OpSpec mha_fwd_op_spec() {
       MhaFwdConfig dec = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, false, l,
                                                 l == KvLayout::kPaged ? 64 : 0);
       dec.group = 8;
-      add(dec);
+      add(mha_grid_for_packed_groups(dec));  // what mha_fwd_selected_config runs
     }
     return set;
   };

@@ -102,7 +102,7 @@ MhaFwdConfig default_config_of(const json& s) {
       s.at("causal").get<int>() != 0 ? MaskKind::kCausal : MaskKind::kNone, false,
       KvLayout::kContiguous, 0);
   c.group = s.at("group").get<int>();
-  return c;
+  return ops::mha_grid_for_packed_groups(c);
 }
 
 json candidate_json(const MhaFwdConfig& c, int num_splits) {
@@ -275,6 +275,7 @@ int tuned_splits(const MhaFwdConfig& config, const CallSizes& sizes) {
 }  // namespace mha_tuning
 
 MhaFwdConfig mha_fwd_selected_config(const MhaFwdArgs& args, MhaFwdConfig base) {
+  base = ops::mha_grid_for_packed_groups(base);
   const auto sizes = sizes_of(args, base);
   if (!sizes) return base;
   const mha_tuning::Choice t = mha_tuning::lookup(base, *sizes);

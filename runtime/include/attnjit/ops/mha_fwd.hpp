@@ -65,7 +65,7 @@ struct MhaFwdConfig {
                                        // (causal: long and short paired), a producer
                                        // warpgroup loading the next one's Q and K/V under
                                        // the current one's tail; block_m 128 only, consumers
-                                       // at 240 registers (dv/2 + 3·block_n/4 ≤ 208)
+                                       // at 232 registers (dv/2 + 3·block_n/4 ≤ 192)
 
   void validate() const;  // throws Error(kUnsupportedConfig) naming the field and the rule
   unsigned dynamic_smem_bytes() const;
@@ -107,9 +107,11 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
 // The config to call with for these shapes: `base` (e.g. mha_fwd_default_config plus the
 // call's group, sink, score mod) with the key tile and ring depth (block_n, stages) of the
 // tuning database's winner for the shapes' bucket on this GPU (attnjit/tuning.hpp,
-// docs/tuning.md) when it has one and it validates with base's features. Without a tuned
-// entry, short calls get a smaller key tile where the key count makes it pay (d64 causal up
-// to 4k keys: 64; d128 up to 2k: 128 — see docs/bench-notes.md); else `base`. Every other
+// docs/tuning.md) when it has one and it validates with base's features. Packed query heads
+// (group > 0) run the grid launch (persistent = false, its default tile). Without a tuned
+// entry, short calls get another key tile where the key count makes it pay (persistent d64:
+// 128 keys up to 2k when causal, 208 when unmasked where it pads less than 192; grid d64
+// causal up to 4k: 64; grid d128 up to 2k: 128 — see docs/bench-notes.md); else `base`. Every other
 // field of `base` is kept. Masks other than none and causal: `base`.
 MhaFwdConfig mha_fwd_selected_config(const MhaFwdArgs& args, MhaFwdConfig base);
 
