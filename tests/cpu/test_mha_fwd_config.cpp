@@ -275,13 +275,14 @@ TEST_CASE("mha_fwd short calls take a smaller key tile only where it pays",
   CHECK(tile(64, MaskKind::kCausal, 1024) == 128);
   CHECK(tile(64, MaskKind::kCausal, 2048) == 128);
   CHECK(tile(64, MaskKind::kCausal, 4096) == 0);
-  // Persistent d64 unmasked: 208 keys where 192's last tile pads over 5 % more.
-  CHECK(tile(64, MaskKind::kNone, 1024) == 208);  // 6 tiles of 192 (12.5 % padding) or 5 of 208
-  CHECK(tile(64, MaskKind::kNone, 4096) == 0);    // 3 % padding against 1.6 %
-  CHECK(tile(64, MaskKind::kNone, 1536) == 0);    // 8 whole tiles of 192
-  // Persistent d128 already runs 128 keys.
-  CHECK(tile(128, MaskKind::kCausal, 1024) == 0);
-  CHECK(tile(128, MaskKind::kNone, 1024) == 0);
+  CHECK(tile(64, MaskKind::kNone, 1024) == 0);  // 208 keys, unmasked, at every length
+  // Persistent d128 (160 keys): 128 up to 2k when causal, and unmasked where 160's last
+  // tile pads over 5 % more keys than 128's.
+  CHECK(tile(128, MaskKind::kCausal, 1024) == 128);
+  CHECK(tile(128, MaskKind::kCausal, 4096) == 0);
+  CHECK(tile(128, MaskKind::kNone, 1024) == 128);  // 6.4 tiles of 160: 9 % padding
+  CHECK(tile(128, MaskKind::kNone, 1536) == 0);    // 4 % padding
+  CHECK(tile(128, MaskKind::kNone, 4096) == 0);    // 1.6 % padding
   // The grid launch (what packed groups run): d64 causal 64 keys up to 4k; d128 128 keys up
   // to 2k when causal, and unmasked where 192-key tiles leave a wasteful partial last tile.
   auto grid_tile = [](int d, MaskKind m, int64_t s_k) {

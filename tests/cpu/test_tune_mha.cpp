@@ -236,11 +236,11 @@ TEST_CASE("tune mha_fwd: mha_fwd_selected_config without a database is the calle
   CHECK(mha_fwd_selected_config(a, base) == base);
 
   // Ragged and paged calls, a window mask, and tensors of the wrong rank: the same.
-  MhaFwdConfig ragged = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kNone, true,
+  MhaFwdConfig ragged = mha_fwd_default_config(DType::kBF16, 64, 64, MaskKind::kNone, true,
                                                KvLayout::kContiguous, 0);
   MhaFwdArgs r;
-  r.q = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 128});
-  r.k = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 128});
+  r.q = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 64});
+  r.k = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 64});
   r.q_offsets = TensorView::contiguous(nullptr, DType::kI32, {5});
   r.max_seqlen_q = 400;
   CHECK(mha_fwd_selected_config(r, ragged) == ragged);

@@ -203,7 +203,9 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
   const bool paged = kv_layout == KvLayout::kPaged;
   c.persistent = !paged && (head_dim_v < 256 || score_mod == ScoreMod::kNone);
   c.block_n = ops::mha_default_block_n(c);
-  c.stages = 2;
+  // 2 stages: a third never paid, except for persistent d64 unmasked (208 keys: 4k 2548
+  // against 2599 µs; the tile is short enough that a load takes about as long as one).
+  c.stages = c.persistent && head_dim_v == 64 && mask == MaskKind::kNone ? 3 : 2;
   return c;
 }
 
@@ -212,12 +214,15 @@ namespace ops {
 int mha_default_block_n(const MhaFwdConfig& c) {
   // Key tiles measured on an H100 (docs/bench-notes.md): the largest tile whose O + S + P
   // fragments fit the registers wins while softmax per tile is the bottleneck. Persistent
-  // (232 registers): d64 192 keys (208 spills nothing but loses 2 % at 16k), d128 128
-  // (160 ties; 192 spills), d256 80, d192 128. Grid launch (255 registers): d64 256 keys
+  // (232 registers): d64 208 keys unmasked (with 3 stages), 192 under a mask; d128 160
+  // (4k: 1710 against 1888 µs for 128; 192 spills); d256 80; d192 128. Grid launch (255 registers): d64 256 keys
   // (240 under a mask, whose per-key test spills at 256), d128 192, d256 80 (64 paged).
   // Paged KV needs a power of two.
   const bool paged = c.kv_layout == KvLayout::kPaged;
-  if (c.persistent) return c.head_dim_v == 64 ? 192 : (c.head_dim_v == 128 ? 128 : 80);
+  if (c.persistent) {
+    if (c.head_dim_v == 64) return c.mask == MaskKind::kNone ? 208 : 192;
+    return c.head_dim_v == 128 ? (c.head_dim == 128 ? 160 : 128) : 80;
+  }
   if (c.head_dim_v == 64) return c.mask == MaskKind::kNone ? 256 : (paged ? 128 : 240);
   if (c.head_dim_v == 128) return c.head_dim == 128 && !paged ? 192 : 128;
   return paged ? 64 : 80;
@@ -227,6 +232,7 @@ MhaFwdConfig mha_grid_for_packed_groups(MhaFwdConfig c) {
   if (c.group > 0 && c.persistent) {
     c.persistent = false;
     c.block_n = mha_default_block_n(c);
+    c.stages = 2;
   }
   return c;
 }
@@ -239,12 +245,9 @@ int mha_short_call_block_n(const MhaFwdConfig& base, int64_t s_k) {
   // Unmasked: a tile whose last one wastes over 5 % of the keys fewer than base's.
   auto less_padding = [&](int n) { return (padded(base.block_n) - padded(n)) * 20 > s_k ? n : 0; };
   if (base.head_dim == 64 && base.head_dim_v == 64) {
-    if (base.persistent) {
-      // 128 keys up to 2k under causal (1k: 486 against 562 µs with 192); unmasked, 208
-      // where it pads less than 192 (1k: 5 tiles of 208 against 6 of 192, 760 against 828 µs).
-      if (causal) return s_k <= 2048 ? 128 : 0;
-      return base.block_n == 192 ? less_padding(208) : 0;
-    }
+    // Persistent: 128 keys up to 2k under causal (1k: 486 against 562 µs with 192). Grid:
+    // 64 up to 4k.
+    if (base.persistent) return causal && s_k <= 2048 ? 128 : 0;
     return causal && s_k <= 4096 ? 64 : 0;
   }
   if (base.head_dim != 128 || base.head_dim_v != 128 || s_k > 2048 || base.block_n <= 128) return 0;

@@ -27,7 +27,8 @@ struct MhaCombineConfig {
 // The default key tile of c's head dims, mask, KV layout and launch (persistent or grid).
 int mha_default_block_n(const MhaFwdConfig& c);
 
-// c itself, or for packed query heads (group > 0) the grid launch with its default tile: the
+// c itself, or for packed query heads (group > 0) the grid launch with its default tile and
+// 2 stages: the
 // persistent launch measured 3 % slower on the GQA-8 decode row (703 against 683 µs, H100).
 MhaFwdConfig mha_grid_for_packed_groups(MhaFwdConfig c);
 
@@ -36,8 +37,9 @@ MhaFwdConfig mha_grid_for_packed_groups(MhaFwdConfig c);
 // under a causal mask a row block's diagonal tile is half masked on average (about n / 2 of
 // the ~s_k / 2 keys a row sees: a quarter of d64's work at 1k keys with 240-key tiles), and
 // a last tile that s_k fills only partly (1024 keys = 5⅓ tiles of 192). Measured on an H100
-// (docs/bench-notes.md): d64 causal 64 keys up to 4k; d128 128 keys up to 2k when causal,
-// and when unmasked where base's partial last tile wastes over 5 % more keys than 128's.
+// (docs/bench-notes.md): d64 causal 128 keys up to 2k (persistent) or 64 up to 4k (grid);
+// d128 128 keys up to 2k when causal, and when unmasked where base's partial last tile
+// wastes over 5 % more keys than 128's.
 // Contiguous KV, masks none and causal only (paged tiles are powers of two already).
 int mha_short_call_block_n(const MhaFwdConfig& base, int64_t s_k);
 

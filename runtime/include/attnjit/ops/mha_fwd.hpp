@@ -109,9 +109,9 @@ MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, M
 // tuning database's winner for the shapes' bucket on this GPU (attnjit/tuning.hpp,
 // docs/tuning.md) when it has one and it validates with base's features. Packed query heads
 // (group > 0) run the grid launch (persistent = false, its default tile). Without a tuned
-// entry, short calls get another key tile where the key count makes it pay (persistent d64:
-// 128 keys up to 2k when causal, 208 when unmasked where it pads less than 192; grid d64
-// causal up to 4k: 64; grid d128 up to 2k: 128 — see docs/bench-notes.md); else `base`. Every other
+// entry, short calls get a smaller key tile where the key count makes it pay (d64 causal:
+// 128 keys up to 2k when persistent, 64 up to 4k on the grid launch; d128 up to 2k: 128 —
+// see docs/bench-notes.md); else `base`. Every other
 // field of `base` is kept. Masks other than none and causal: `base`.
 MhaFwdConfig mha_fwd_selected_config(const MhaFwdArgs& args, MhaFwdConfig base);
 
