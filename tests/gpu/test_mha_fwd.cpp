@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -710,58 +711,72 @@ TEST_CASE("mha_fwd paged KV with page sizes 16, 64 and 256", "[gpu][mha_fwd]") {
   check_case(tail);
 }
 
+// The cases a tile variant is checked on, `tile` (head dims, tile, launch) applied to each:
+// every mask over ragged edge lengths, `padded()` under none and causal, then paged KV,
+// packed GQA 8 (decode-like rows) and a 4099-key row (add_layout_cases: returns the packed
+// case's index).
+using TileSetter = std::function<void(MhaCase&)>;
+void add_tile_cases(std::vector<MhaCase>& cases, const TileSetter& tile,
+                      const std::function<MhaCase()>& padded) {
+  auto add = [&](MhaCase c, MaskKind mask) {
+    c.mask = mask;
+    tile(c);
+    cases.push_back(c);
+  };
+  const auto lens = edge_lens();
+  for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
+    add(ragged_case(lens.first, lens.second), mask);
+    add(padded(), mask);
+  }
+  MhaCase w = ragged_case(lens.first, lens.second);
+  w.window_left = rand_in(20, 300);
+  w.window_right = rand_in(0, 60);
+  add(w, MaskKind::kWindow);
+  MhaCase ch = ragged_case(lens.first, lens.second);
+  ch.chunk = rand_in(50, 200);
+  add(ch, MaskKind::kChunked);
+}
+size_t add_layout_cases(std::vector<MhaCase>& cases, const TileSetter& tile) {
+  MhaCase paged = paged_case(true, 64, {1, 700, 0, 33}, {1, 900, 5, 2000});
+  paged.mask = MaskKind::kCausal;
+  MhaCase packed = padded_case(3, 37, 1500);  // 37 positions × 8 heads = 296 rows
+  packed.h_q = 16;
+  packed.h_kv = 2;
+  packed.group = 8;
+  packed.mask = MaskKind::kCausal;
+  MhaCase long_row = padded_case(1, 4099, 4099);
+  long_row.h_q = long_row.h_kv = 8;
+  for (MhaCase* c : {&paged, &packed, &long_row}) {
+    tile(*c);
+    cases.push_back(*c);
+  }
+  return cases.size() - 2;
+}
+
 // block_m 192: three consumer warpgroups taking turns round-robin (the d64 tile). Every
 // mask over ragged edge lengths, paged KV, packed GQA, splits and a long sequence.
 TEST_CASE("mha_fwd with three consumer warpgroups (block_m 192)", "[gpu][mha_fwd][block_m]") {
   if (!test::gpu_or_skip()) return;
   std::vector<MhaCase> cases;
-  for (auto [d, block_n] : {std::pair{64, 128}, {64, 64}, {128, 80}}) {
-    const auto lens = edge_lens();
-    auto add = [&](MhaCase c, MaskKind mask) {
-      c.d = c.dv = d;
-      c.block_m = 192;
-      c.block_n = block_n;
-      c.mask = mask;
-      cases.push_back(c);
-    };
-    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
-      add(ragged_case(lens.first, lens.second), mask);
-      add(padded_case(2, odd_in(300, 700), odd_in(300, 900)), mask);
-    }
-    MhaCase w = ragged_case(lens.first, lens.second);
-    w.window_left = rand_in(20, 300);
-    w.window_right = rand_in(0, 60);
-    add(w, MaskKind::kWindow);
-    MhaCase ch = ragged_case(lens.first, lens.second);
-    ch.chunk = rand_in(50, 200);
-    add(ch, MaskKind::kChunked);
-  }
-  MhaCase paged = paged_case(true, 64, {1, 700, 0, 33}, {1, 900, 5, 2000});
-  paged.d = paged.dv = 64;
-  paged.block_m = 192;
-  paged.block_n = 128;
-  paged.mask = MaskKind::kCausal;
-  cases.push_back(paged);
-  MhaCase packed = padded_case(3, 37, 1500);  // 37 positions × 8 heads = 296 rows, 2 blocks
-  packed.d = packed.dv = 64;
-  packed.h_q = 16;
-  packed.h_kv = 2;
-  packed.group = 8;
-  packed.block_m = 192;
-  packed.block_n = 128;
-  packed.mask = MaskKind::kCausal;
-  cases.push_back(packed);
-  MhaCase long_row = padded_case(1, 4099, 4099);
-  long_row.d = long_row.dv = 64;
-  long_row.h_q = long_row.h_kv = 8;
-  long_row.block_m = 192;
-  long_row.block_n = 128;
-  cases.push_back(long_row);
+  for (auto [d, block_n] : {std::pair{64, 128}, {64, 64}, {128, 80}})
+    add_tile_cases(
+        cases,
+        [d = d, block_n = block_n](MhaCase& c) {
+          c.d = c.dv = d;
+          c.block_m = 192;
+          c.block_n = block_n;
+        },
+        [] { return padded_case(2, odd_in(300, 700), odd_in(300, 900)); });
+  const size_t packed = add_layout_cases(cases, [](MhaCase& c) {
+    c.d = c.dv = 64;
+    c.block_m = 192;
+    c.block_n = 128;
+  });
   prepare_cases(cases);
   for (const auto& c : cases) check_case(c);
   RunOptions o;
   o.num_splits = 3;
-  check_case(packed, o);
+  check_case(cases[packed], o);
   check_case(cases[0], o);
 }
 
@@ -772,56 +787,32 @@ TEST_CASE("mha_fwd persistent launch", "[gpu][mha_fwd][persistent]") {
   if (!test::gpu_or_skip()) return;
   std::vector<MhaCase> cases;
   for (auto [d, dv, block_n] : {std::tuple{64, 64, 192}, {128, 128, 128}, {256, 256, 80},
-                                {192, 128, 128}}) {
-    auto add = [&](MhaCase c, MaskKind mask) {
-      c.d = d;
-      c.dv = dv;
-      c.block_n = block_n;
-      c.persistent = true;
-      c.mask = mask;
-      cases.push_back(c);
-    };
-    const auto lens = edge_lens();
-    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
-      add(ragged_case(lens.first, lens.second), mask);
-      // 4 sequences × 16 heads × 5 row blocks (odd: a lone middle block under causal):
-      // 320 units, 192 causal items, more than one per CTA either way.
-      MhaCase many = padded_case(4, 5 * 128 - odd_in(1, 60), odd_in(600, 900));
-      many.h_q = 16;
-      many.h_kv = 4;
-      add(many, mask);
-    }
-    MhaCase w = ragged_case(lens.first, lens.second);
-    w.window_left = rand_in(20, 300);
-    w.window_right = rand_in(0, 60);
-    add(w, MaskKind::kWindow);
-    MhaCase ch = ragged_case(lens.first, lens.second);
-    ch.chunk = rand_in(50, 200);
-    add(ch, MaskKind::kChunked);
-  }
-  MhaCase paged = paged_case(true, 64, {1, 700, 0, 33}, {1, 900, 5, 2000});
-  paged.block_n = 128;
-  paged.persistent = true;
-  paged.mask = MaskKind::kCausal;
-  cases.push_back(paged);
-  MhaCase packed = padded_case(3, 37, 1500);  // 37 positions × 8 heads = 296 rows, 3 blocks
-  packed.h_q = 16;
-  packed.h_kv = 2;
-  packed.group = 8;
-  packed.block_n = 128;
-  packed.persistent = true;
-  packed.mask = MaskKind::kCausal;
-  cases.push_back(packed);
-  MhaCase long_row = padded_case(1, 4099, 4099);
-  long_row.h_q = long_row.h_kv = 8;
-  long_row.block_n = 128;
-  long_row.persistent = true;
-  cases.push_back(long_row);
+                                {192, 128, 128}})
+    add_tile_cases(
+        cases,
+        [d = d, dv = dv, block_n = block_n](MhaCase& c) {
+          c.d = d;
+          c.dv = dv;
+          c.block_n = block_n;
+          c.persistent = true;
+        },
+        [] {
+          // 4 sequences × 16 heads × 5 row blocks (odd: a lone middle block under causal):
+          // 320 units, 192 causal items, more than one per CTA either way.
+          MhaCase many = padded_case(4, 5 * 128 - odd_in(1, 60), odd_in(600, 900));
+          many.h_q = 16;
+          many.h_kv = 4;
+          return many;
+        });
+  const size_t packed = add_layout_cases(cases, [](MhaCase& c) {
+    c.block_n = 128;
+    c.persistent = true;
+  });
   prepare_cases(cases);
   for (const auto& c : cases) check_case(c);
   RunOptions o;
   o.num_splits = 3;
-  check_case(packed, o);
+  check_case(cases[packed], o);
   check_case(cases[0], o);
   check_case(cases[1], o);
 }
