@@ -50,7 +50,8 @@ struct UnitWalk {
   }
 
   ATTNJIT_DEVICE void advance(const Args& a) {
-    if (T::kCausalLike && half == 0 && a.m_tiles - 1 - item % items_per_head(a) != item % items_per_head(a)) {
+    const int p = item % items_per_head(a);
+    if (T::kCausalLike && half == 0 && a.m_tiles - 1 - p != p) {
       half = 1;  // the pair's short row block (an odd count leaves the middle one alone)
     } else {
       item += static_cast<int>(gridDim.x);
