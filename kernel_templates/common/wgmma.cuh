@@ -68,6 +68,15 @@ ATTNJIT_HOST_DEVICE constexpr u64 wgmma_desc_encode(u32 start, u32 lbo, u32 sbo,
          (static_cast<u64>((sbo & 0x3FFFFu) >> 4) << 32) | (wgmma_layout_bits(s) << 62);
 }
 
+// The descriptor of `base` moved `offset` bytes on (a k-step or row block inside a tile):
+// one 32-bit add on the start field. It cannot carry into LBO: shared memory ends below
+// 256 KiB, so start + offset stays under 2^14 units of 16 B. Computing a tile's k-step
+// descriptors this way costs one uniform add each, where encoding every address afresh
+// (mask, shift, or) put a four-instruction chain in front of each wgmma.
+ATTNJIT_HOST_DEVICE constexpr u64 wgmma_desc_offset(u64 base, u32 offset) {
+  return (base & ~0xFFFFFFFFull) | static_cast<u32>(static_cast<u32>(base) + (offset >> 4));
+}
+
 // TMA's swizzle on a byte offset from an atom-aligned tile base: the 16-byte unit index
 // (bits 4..) is XORed with the 128-byte row index (bits 7..), as many bits as the span has
 // units. Use it to address swizzled tiles with ordinary loads and stores.
@@ -109,9 +118,8 @@ struct WgmmaKMajorTile {
   // Descriptor of the instruction reading K bytes [k_byte, k_byte + 32) of rows
   // [row0, row0 + 64 or N). k_byte % 32 == 0, row0 % 8 == 0.
   ATTNJIT_HOST_DEVICE static constexpr u64 desc(u32 tile_smem_addr, u32 k_byte, u32 row0 = 0) {
-    return wgmma_desc_encode(
-        tile_smem_addr + (k_byte / kSpan) * kChunkBytes + row0 * kSpan + k_byte % kSpan, kLbo,
-        kSbo, kSwizzle);
+    return wgmma_desc_offset(wgmma_desc_encode(tile_smem_addr, kLbo, kSbo, kSwizzle),
+                             (k_byte / kSpan) * kChunkBytes + row0 * kSpan + k_byte % kSpan);
   }
 };
 
@@ -134,8 +142,8 @@ struct WgmmaMNMajorTile {
   // Descriptor of the instruction reading K rows [k_row, k_row + 16) and MN bytes from
   // mn_byte0 on. k_row % 16 == 0, mn_byte0 % kSpan == 0.
   ATTNJIT_HOST_DEVICE static constexpr u64 desc(u32 tile_smem_addr, u32 k_row, u32 mn_byte0 = 0) {
-    return wgmma_desc_encode(tile_smem_addr + (mn_byte0 / kSpan) * kChunkBytes + k_row * kSpan,
-                             kLbo, kSbo, kSwizzle);
+    return wgmma_desc_offset(wgmma_desc_encode(tile_smem_addr, kLbo, kSbo, kSwizzle),
+                             (mn_byte0 / kSpan) * kChunkBytes + k_row * kSpan);
   }
 };
 
