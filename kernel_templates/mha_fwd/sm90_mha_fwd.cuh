@@ -133,17 +133,17 @@ ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const TmaDesc& q_map, const Tm
     for (int t = w.tile_begin; t < w.tile_end; ++t, ++g) {
       const int st = stage_of<P>(g);
       // The stage's previous use (g − stages) completed phase parity_of(g) ^ 1 of its empty.
-      if (g >= P.stages) mbarrier_wait(&s.k_empty[st], parity_of<P>(g) ^ 1u);
+      if (g >= P.stages) mbarrier_wait_parked(&s.k_empty[st], parity_of<P>(g) ^ 1u);
       mbarrier_arrive_expect_tx(&s.k_full[st], T::kKBytes);
       load_kv_tile<P, T::kQkChunks>(k_map, &s.k_full[st], s.k[st], a, w, t);
       if (t == w.tile_begin) {  // Q after the first K: a single buffer waits for the last S
         const int qb = qn % T::kQBuffers;
         if (qn >= T::kQBuffers)
-          mbarrier_wait(&s.q_empty[qb], static_cast<u32>(qn / T::kQBuffers - 1) & 1u);
+          mbarrier_wait_parked(&s.q_empty[qb], static_cast<u32>(qn / T::kQBuffers - 1) & 1u);
         load_q<P>(s, q_map, w, qb);
         ++qn;
       }
-      if (g >= P.stages) mbarrier_wait(&s.v_empty[st], parity_of<P>(g) ^ 1u);
+      if (g >= P.stages) mbarrier_wait_parked(&s.v_empty[st], parity_of<P>(g) ^ 1u);
       mbarrier_arrive_expect_tx(&s.v_full[st], T::kVBytes);
       load_kv_tile<P, T::kVChunks>(v_map, &s.v_full[st], s.v[st], a, w, t);
     }
