@@ -38,6 +38,10 @@ ATTNJIT_DEVICE int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi 
 // Floor division for a possibly negative numerator (i' < 0 when s_q > s_k).
 ATTNJIT_DEVICE int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+// Masks under which every row's keys start at 0 (lo = 0): a tile's mask test is hi only.
+template <Params P>
+inline constexpr bool kKeysFromZero = P.mask == Mask::kNone || P.mask == Mask::kCausal;
+
 // Inclusive key bounds of the row at aligned position ip (before the 0 ≤ j < s_k clamp).
 template <Params P>
 ATTNJIT_DEVICE int key_lo(int ip, const Args& a) {
