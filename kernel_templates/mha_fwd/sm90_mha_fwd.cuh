@@ -176,17 +176,18 @@ ATTNJIT_DEVICE float fold_chains(const float (&c)[kRowChains], Op op) {
   return op(op(c[0], c[1]), op(c[2], c[3]));
 }
 
-// S [64 × block_n] (raw q·k) → P = exp2(s − m_new) in place; updates m, l and returns the
-// factor exp2(m_old − m_new) each row's O must be scaled by. kMasked: boundary tile.
+// S [64 × kN] (raw q·k) → P = exp2(s − m_new) in place; updates m, l and returns the
+// factor exp2(m_old − m_new) each row's O must be scaled by. kMasked: boundary tile. kN:
+// the tile's first kN keys (block_n, or half of it on a warpgroup's half-width last tile).
 // Without a score mod the scale folds into the exponent's FFMA (max taken on raw scores,
 // scale > 0): exp2(raw·c − m), one FFMA + one MUFU per element.
-template <Params P, bool kMasked>
+template <Params P, bool kMasked, int kN>
 ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                                  const RowRule<P>& rule, int key0, const Args& a) {
   constexpr bool kFused = P.score_mod == Mod::kNone;
   constexpr int kPolyEvery = P.head_dim <= 64 ? 3 : 0;  // share of exp2 on the FMA pipe
   const int tid = thread_in_warpgroup();
-  static_assert(P.block_n >= 8 * kRowChains / 2, "every chain needs an element");
+  static_assert(kN >= 8 * kRowChains / 2, "every chain needs an element");
   // The mask test against the thread's first key: element i sits at a compile-time offset
   // from it, so a bound costs one compare with an immediate, and masks whose rows all
   // start at key 0 (none, causal) test only the upper bound.
@@ -195,7 +196,7 @@ ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float
   const int hi_t[2] = {rule.hi[0] - key_t, rule.hi[1] - key_t};
   float row_max[2][kRowChains];  // [row][chain]
 #pragma unroll
-  for (int i = 0; i < P.block_n / 2; ++i) {
+  for (int i = 0; i < kN / 2; ++i) {
     const int r = (i / 2) % 2;
     const int dk = wgmma_acc_coord(0, i).col;  // key − key_t
     float x = sc[i];
@@ -223,7 +224,7 @@ ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float
   }
   float row_sum[2][kRowChains];  // [row][chain]: this tile's Σ p
 #pragma unroll
-  for (int i = 0; i < P.block_n / 2; ++i) {
+  for (int i = 0; i < kN / 2; ++i) {
     const int r = (i / 2) % 2;
     const float x = kFused ? fmaf(sc[i], a.scale_log2, neg_m[r]) : sc[i] + neg_m[r];
     // ex2.approx.ftz: weights below 2^-126 are 0 next to the row max's 1 (exp2f spends
@@ -304,15 +305,16 @@ ATTNJIT_DEVICE void epilogue(const float (&o)[P.head_dim_v / 2], RowState& rs, c
   }
 }
 
-// Mask only where some row of the CTA sees part of the tile (boundary tiles).
-template <Params P>
+// Softmax of the tile's first kN keys; masks only where some row of the CTA sees part of
+// them (boundary tiles).
+template <Params P, int kN>
 ATTNJIT_DEVICE void softmax(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                             const RowRule<P>& rule, const Work<P>& w, int tile, const Args& a) {
   const int key0 = tile * P.block_n;
-  if (key0 >= w.lo_max && key0 + P.block_n - 1 <= w.hi_min) {
-    softmax_tile<P, false>(sc, rs, scale, rule, key0, a);
+  if (key0 < w.lo_max || key0 + kN - 1 > w.hi_min) {
+    softmax_tile<P, true, kN>(sc, rs, scale, rule, key0, a);
   } else {
-    softmax_tile<P, true>(sc, rs, scale, rule, key0, a);
+    softmax_tile<P, false, kN>(sc, rs, scale, rule, key0, a);
   }
 }
 
@@ -327,14 +329,30 @@ ATTNJIT_DEVICE void issue_qk(float (&sc)[P.block_n / 2], u32 q_addr, u32 k_addr,
   wgmma_commit();
 }
 
-// O [64 × dv] += P [64 × block_n] · V [block_n × dv] (issue only; P from registers).
-template <Params P>
+// O [64 × dv] += P [64 × kN] · V [kN × dv] (issue only; P from registers): the first kN/16
+// k16 steps.
+template <Params P, int kN>
 ATTNJIT_DEVICE void issue_pv(float (&o)[P.head_dim_v / 2], u32 (&pa)[P.block_n / 16][4], u32 v_addr) {
   wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < P.block_n / 16; ++ks)
+  for (int ks = 0; ks < kN / 16; ++ks)
     wgmma_rs<P.dtype, P.head_dim_v, WgmmaMajor::kMN>(o, pa[ks], VTile<P>::desc(v_addr, ks * 16), true);
   wgmma_commit();
+}
+
+// Half-width last tile (causal-like masks): where none of a warpgroup's 64 rows sees the
+// upper half of the unit's last KV tile — the first warpgroup on a 128-key diagonal — it
+// runs S, softmax and P·V of that tile over the lower half only. Needs whole k16 steps.
+template <Params P>
+inline constexpr bool kHalfLastTile = Traits<P>::kCausalLike && P.block_n % 32 == 0;
+
+// True when warpgroup wg's rows see no key of the upper half of the unit's last tile.
+template <Params P>
+ATTNJIT_DEVICE bool upper_half_unseen(const Work<P>& w, const Args& a, int wg) {
+  using T = Traits<P>;
+  const int last_row = min(w.row0 + wg * 64 + 63, w.rows - 1);
+  const int hi = key_hi<P>(last_row / T::kGroup + w.s_k - w.s_q, w.s_k, a);
+  return hi < (w.tile_end - 1) * P.block_n + P.block_n / 2;
 }
 
 // The consumer warpgroups take turns issuing their GEMMs (FA3's ping-pong, a round-robin
@@ -345,10 +363,111 @@ ATTNJIT_DEVICE u32 turn_of(int wg) { return bar_of(Bar::kTurn, wg); }
 template <Params P>
 ATTNJIT_DEVICE int next_wg(int wg) { return wg + 1 == Traits<P>::kConsumers ? 0 : wg + 1; }
 
-// Main loop of one consumer warpgroup. Iteration i overlaps, inside the warpgroup, the
-// softmax of tile i with P·V of tile i−1 (FA3's intra-warpgroup overlap): issue S_i, issue
-// P·V_{i−1}, wait for S_i only, softmax, then wait for P·V_{i−1}, rescale O and convert P_i.
+// A consumer warpgroup's unit, as its steps see it (registers aside).
+template <Params P>
+struct UnitCtx {
+  SharedStorage<P>& s;
+  const TmaDesc& k_map;
+  const TmaDesc& v_map;
+  const Args& a;
+  const Work<P>& w;
+  int wg;         // consumer index, 0 .. kConsumers − 1
+  StreamPos pos;  // the unit's place in the load streams
+  int n;          // KV tiles of the unit
+  int qb;         // its Q buffer
+  // Persistent: after the unit's last S every warp releases its Q buffer.
+  ATTNJIT_DEVICE void release_q_after(int i) const {
+    if (Traits<P>::kProducer && i == n - 1 && lane_id() == 0) mbarrier_arrive(&s.q_empty[qb]);
+  }
+};
+
+// Step i ≥ 1 of a consumer's main loop: softmax over the first kN keys of tile i, P·V_{i−1}
+// over all of tile i−1's. It overlaps, inside the warpgroup, the softmax of tile i with
+// P·V of tile i−1 (FA3's intra-warpgroup overlap): issue S_i, issue P·V_{i−1}, wait for S_i
+// only, softmax, then wait for P·V_{i−1}, rescale O and convert P_i. It waits for its own
+// wgmmas before it returns, so the caller may choose kN at run time without a wgmma
+// crossing a branch. S is computed whole even when kN is half: a narrower S wgmma (a
+// prefix of the fragment) made ptxas serialize the kernel's wgmmas (C7511), and the tensor
+// cores are not what limits these tiles — the softmax is.
 // Registers: S (block_n/2) + P (block_n/4) + O (dv/2) floats live at once.
+template <Params P, int kN>
+ATTNJIT_DEVICE void consumer_step(const UnitCtx<P>& c, int i, const RowRule<P>& rule,
+                                  float (&o)[P.head_dim_v / 2], RowState& rs,
+                                  float (&sc)[P.block_n / 2], u32 (&pa)[P.block_n / 16][4],
+                                  float (&scale)[2]) {
+  using T = Traits<P>;
+  SharedStorage<P>& s = c.s;
+  const Work<P>& w = c.w;
+  const int tile = w.tile_begin + i;
+  const int g = c.pos.tile + i;  // stream index of tile i
+  const int st = stage_of<P>(g), prev = stage_of<P>(g - 1);
+  mbarrier_wait(&s.k_full[st], parity_of<P>(g));
+  mbarrier_wait(&s.v_full[prev], parity_of<P>(g - 1));
+  named_barrier_sync(turn_of(c.wg), 2 * kWarpgroupThreads);
+  issue_qk<P>(sc, smem_u32(s.q[c.qb]), smem_u32(s.k[st]), c.wg);
+  issue_pv<P, P.block_n>(o, pa, smem_u32(s.v[prev]));
+  named_barrier_arrive(turn_of(next_wg<P>(c.wg)), 2 * kWarpgroupThreads);
+  // Grid launch, while they run: thread 0 refills K of tile i−1's stage (every warpgroup
+  // finished S_{i−1}) and V of tile i−2's stage (every warpgroup finished P·V_{i−2}).
+  // Stream index = i here (one unit).
+  if (!T::kProducer && threadIdx.x == 0) {
+    if (i - 1 + P.stages < c.n) {
+      mbarrier_wait(&s.k_empty[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
+      const int j = i - 1 + P.stages;
+      mbarrier_arrive_expect_tx(&s.k_full[prev], T::kKBytes);
+      load_kv_tile<P, T::kQkChunks>(c.k_map, &s.k_full[prev], s.k[prev], c.a, w, w.tile_begin + j);
+    }
+    if (i >= 2 && i - 2 + P.stages < c.n) {
+      const int pst = (i - 2) % P.stages;
+      mbarrier_wait(&s.v_empty[pst], static_cast<u32>((i - 2) / P.stages) & 1u);
+      const int j = i - 2 + P.stages;
+      mbarrier_arrive_expect_tx(&s.v_full[pst], T::kVBytes);
+      load_kv_tile<P, T::kVChunks>(c.v_map, &s.v_full[pst], s.v[pst], c.a, w, w.tile_begin + j);
+    }
+  }
+  wgmma_wait<1>();  // S_i done; P·V_{i−1} may still run
+  wgmma_fence_operands(sc);
+  if (lane_id() == 0) mbarrier_arrive(&s.k_empty[st]);
+  c.release_q_after(i);
+  softmax<P, kN>(sc, rs, scale, rule, w, tile, c.a);
+  wgmma_wait<0>();  // P·V_{i−1} done: its P registers and V stage are free
+  wgmma_fence_operands(o);
+#pragma unroll
+  for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_fence_operands(pa[ks]);
+  if (lane_id() == 0) mbarrier_arrive(&s.v_empty[prev]);
+#pragma unroll
+  for (int i2 = 0; i2 < P.head_dim_v / 2; ++i2) o[i2] *= scale[(i2 / 2) % 2];
+#pragma unroll
+  for (int ks = 0; ks < kN / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
+}
+
+// P·V of the unit's last tile over its first kN keys, waited for. Its keys past the
+// sequence (a partial tile) may be NaN in V: zero those rows first (every warp of this
+// warpgroup, then a warpgroup barrier).
+template <Params P, int kN>
+ATTNJIT_DEVICE void consumer_last_pv(const UnitCtx<P>& c, float (&o)[P.head_dim_v / 2],
+                                     u32 (&pa)[P.block_n / 16][4]) {
+  SharedStorage<P>& s = c.s;
+  const int gl = c.pos.tile + c.n - 1, lst = stage_of<P>(gl);
+  const int key0 = (c.w.tile_end - 1) * P.block_n;
+  mbarrier_wait(&s.v_full[lst], parity_of<P>(gl));
+  if (key0 + kN > c.w.s_k) {
+    zero_v_rows<P>(s.v[lst], c.w.s_k - key0);
+    fence_proxy_async_smem();  // generic-proxy zeros, read by wgmma (async proxy)
+    named_barrier_sync(bar_of(Bar::kTailZeroed, c.wg), kWarpgroupThreads);
+  }
+  named_barrier_sync(turn_of(c.wg), 2 * kWarpgroupThreads);
+  issue_pv<P, kN>(o, pa, smem_u32(s.v[lst]));
+  // The last warpgroup goes last: its hand-over would have no taker (counts stay balanced).
+  if (c.wg != Traits<P>::kConsumers - 1)
+    named_barrier_arrive(turn_of(next_wg<P>(c.wg)), 2 * kWarpgroupThreads);
+  wgmma_wait<0>();
+  wgmma_fence_operands(o);
+  if (Traits<P>::kProducer && lane_id() == 0) mbarrier_arrive(&s.v_empty[lst]);  // the next unit's
+}
+
+// One consumer warpgroup on one unit: tile 0's S and softmax, steps 1 .. n−1 (the last
+// one half-width where kHalfLastTile allows), the last tile's P·V, the epilogue.
 // wg: the consumer index (0 .. kConsumers − 1); pos: the unit's place in the load streams.
 template <Params P>
 ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
@@ -363,94 +482,42 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
                                       wg * 64 + wgmma_acc_coord(tid, 2).row);
   const int n = w.tile_end - w.tile_begin;
   if (n > 0) {
-    const int qb = pos.q % T::kQBuffers;
-    const u32 q_addr = smem_u32(s.q[qb]);
-    const bool issuer = !T::kProducer && threadIdx.x == 0;  // grid launch: refills inline
-    // Persistent: after the unit's last S every warp releases its Q buffer.
-    auto release_q_after = [&](int i) {
-      if (T::kProducer && i == n - 1 && lane_id() == 0) mbarrier_arrive(&s.q_empty[qb]);
-    };
+    const UnitCtx<P> c{s, k_map, v_map, a, w, wg, pos, n, pos.q % T::kQBuffers};
     float sc[P.block_n / 2];    // S_i, then P_i (f32)
     u32 pa[P.block_n / 16][4];  // P_{i−1} as the RS A operand: k16 step ks = columns [16ks, +16)
     float scale[2];
 
     // Tile 0: S and softmax (nothing to overlap with yet).
-    mbarrier_wait(&s.q_full[qb], static_cast<u32>(pos.q / T::kQBuffers) & 1u);
+    mbarrier_wait(&s.q_full[c.qb], static_cast<u32>(pos.q / T::kQBuffers) & 1u);
     const int g0 = pos.tile;
     mbarrier_wait(&s.k_full[stage_of<P>(g0)], parity_of<P>(g0));
-    issue_qk<P>(sc, q_addr, smem_u32(s.k[stage_of<P>(g0)]), wg);
+    issue_qk<P>(sc, smem_u32(s.q[c.qb]), smem_u32(s.k[stage_of<P>(g0)]), wg);
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
     if (lane_id() == 0) mbarrier_arrive(&s.k_empty[stage_of<P>(g0)]);
-    release_q_after(0);
-    softmax<P>(sc, rs, scale, rule, w, w.tile_begin, a);
+    c.release_q_after(0);
+    softmax<P, P.block_n>(sc, rs, scale, rule, w, w.tile_begin, a);
 #pragma unroll
     for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
     // Warpgroup 0 goes first: the last one hands it the first turn.
     if (wg == T::kConsumers - 1) named_barrier_arrive(turn_of(0), 2 * kWarpgroupThreads);
 
+    constexpr int kFull = P.block_n, kHalf = P.block_n / 2;
+    bool half = false;
+    if constexpr (kHalfLastTile<P>) half = n > 1 && upper_half_unseen<P>(w, a, wg);
 #pragma unroll 1
-    for (int i = 1; i < n; ++i) {
-      const int tile = w.tile_begin + i;
-      const int g = g0 + i;  // stream index of tile i
-      const int st = stage_of<P>(g), prev = stage_of<P>(g - 1);
-      mbarrier_wait(&s.k_full[st], parity_of<P>(g));
-      mbarrier_wait(&s.v_full[prev], parity_of<P>(g - 1));
-      named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
-      issue_qk<P>(sc, q_addr, smem_u32(s.k[st]), wg);
-      issue_pv<P>(o, pa, smem_u32(s.v[prev]));
-      named_barrier_arrive(turn_of(next_wg<P>(wg)), 2 * kWarpgroupThreads);
-      // Grid launch, while they run: refill K of tile i−1's stage (every warpgroup finished
-      // S_{i−1}) and V of tile i−2's stage (every warpgroup finished P·V_{i−2}). Stream
-      // index = i here (one unit).
-      if (issuer) {
-        if (i - 1 + P.stages < n) {
-          mbarrier_wait(&s.k_empty[prev], static_cast<u32>((i - 1) / P.stages) & 1u);
-          const int j = i - 1 + P.stages;
-          mbarrier_arrive_expect_tx(&s.k_full[prev], T::kKBytes);
-          load_kv_tile<P, T::kQkChunks>(k_map, &s.k_full[prev], s.k[prev], a, w, w.tile_begin + j);
-        }
-        if (i >= 2 && i - 2 + P.stages < n) {
-          const int pst = (i - 2) % P.stages;
-          mbarrier_wait(&s.v_empty[pst], static_cast<u32>((i - 2) / P.stages) & 1u);
-          const int j = i - 2 + P.stages;
-          mbarrier_arrive_expect_tx(&s.v_full[pst], T::kVBytes);
-          load_kv_tile<P, T::kVChunks>(v_map, &s.v_full[pst], s.v[pst], a, w, w.tile_begin + j);
-        }
+    for (int i = 1; i < (half ? n - 1 : n); ++i)
+      consumer_step<P, kFull>(c, i, rule, o, rs, sc, pa, scale);
+    if constexpr (kHalfLastTile<P>) {
+      if (half) {
+        consumer_step<P, kHalf>(c, n - 1, rule, o, rs, sc, pa, scale);
+        consumer_last_pv<P, kHalf>(c, o, pa);
+      } else {
+        consumer_last_pv<P, kFull>(c, o, pa);
       }
-      wgmma_wait<1>();  // S_i done; P·V_{i−1} may still run
-      wgmma_fence_operands(sc);
-      if (lane_id() == 0) mbarrier_arrive(&s.k_empty[st]);
-      release_q_after(i);
-      softmax<P>(sc, rs, scale, rule, w, tile, a);
-      wgmma_wait<0>();  // P·V_{i−1} done: its P registers and V stage are free
-      wgmma_fence_operands(o);
-#pragma unroll
-      for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_fence_operands(pa[ks]);
-      if (lane_id() == 0) mbarrier_arrive(&s.v_empty[prev]);
-#pragma unroll
-      for (int i2 = 0; i2 < P.head_dim_v / 2; ++i2) o[i2] *= scale[(i2 / 2) % 2];
-#pragma unroll
-      for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
+    } else {
+      consumer_last_pv<P, kFull>(c, o, pa);
     }
-
-    // P·V of the last tile. Its keys past the sequence (a partial tile) may be NaN in V:
-    // zero those rows first (every warp of this warpgroup, then a warpgroup barrier).
-    const int gl = g0 + n - 1, lst = stage_of<P>(gl);
-    const int key0 = (w.tile_end - 1) * P.block_n;
-    mbarrier_wait(&s.v_full[lst], parity_of<P>(gl));
-    if (key0 + P.block_n > w.s_k) {
-      zero_v_rows<P>(s.v[lst], w.s_k - key0);
-      fence_proxy_async_smem();  // generic-proxy zeros, read by wgmma (async proxy)
-      named_barrier_sync(bar_of(Bar::kTailZeroed, wg), kWarpgroupThreads);
-    }
-    named_barrier_sync(turn_of(wg), 2 * kWarpgroupThreads);
-    issue_pv<P>(o, pa, smem_u32(s.v[lst]));
-    // The last warpgroup goes last: its hand-over would have no taker (counts stay balanced).
-    if (wg != T::kConsumers - 1) named_barrier_arrive(turn_of(next_wg<P>(wg)), 2 * kWarpgroupThreads);
-    wgmma_wait<0>();
-    wgmma_fence_operands(o);
-    if (T::kProducer && lane_id() == 0) mbarrier_arrive(&s.v_empty[lst]);  // the next unit's
   }
   epilogue<P>(o, rs, a, w, wg);
 }
