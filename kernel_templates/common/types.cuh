@@ -20,11 +20,4 @@ ATTNJIT_HOST_DEVICE constexpr int dtype_bytes(DType t) {
 
 ATTNJIT_HOST_DEVICE constexpr int swizzle_bytes(Swizzle s) { return static_cast<int>(s); }
 
-// An int as a type: picks a compile-time variant through a generic lambda's argument
-// (NVRTC builds without the standard library's std::integral_constant).
-template <int N>
-struct IntConst {
-  static constexpr int value = N;
-};
-
 }  // namespace attnjit
