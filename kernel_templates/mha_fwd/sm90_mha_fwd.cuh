@@ -358,10 +358,24 @@ ATTNJIT_DEVICE bool upper_half_unseen(const Work<P>& w, const Args& a, int wg) {
 // The consumer warpgroups take turns issuing their GEMMs (FA3's ping-pong, a round-robin
 // with three): warpgroup w waits for its turn, issues S of tile i and P·V of tile i−1, and
 // hands the turn to the next, so each warpgroup's softmax runs while the others' GEMMs keep
-// the tensor cores busy.
+// the tensor cores busy. The turn circulates across the CTA's units without a break: a
+// unit's first S takes no turn, and its first turn comes straight from the last issue of
+// the unit before (a restart per unit made warpgroup 0 wait for the last one's epilogue,
+// first S and first softmax at every unit boundary).
 ATTNJIT_DEVICE u32 turn_of(int wg) { return bar_of(Bar::kTurn, wg); }
 template <Params P>
 ATTNJIT_DEVICE int next_wg(int wg) { return wg + 1 == Traits<P>::kConsumers ? 0 : wg + 1; }
+// Before the CTA's first unit: warpgroup 0 goes first (the last one hands it the turn).
+template <Params P>
+ATTNJIT_DEVICE void turns_begin(int wg) {
+  if (wg == Traits<P>::kConsumers - 1) named_barrier_arrive(turn_of(0), 2 * kWarpgroupThreads);
+}
+// After the CTA's last unit: warpgroup 0 takes the last hand-over, which has no GEMM to
+// issue, so every arrive has its sync.
+template <Params P>
+ATTNJIT_DEVICE void turns_end(int wg) {
+  if (wg == 0) named_barrier_sync(turn_of(0), 2 * kWarpgroupThreads);
+}
 
 // A consumer warpgroup's unit, as its steps see it (registers aside).
 template <Params P>
@@ -458,9 +472,7 @@ ATTNJIT_DEVICE void consumer_last_pv(const UnitCtx<P>& c, float (&o)[P.head_dim_
   }
   named_barrier_sync(turn_of(c.wg), 2 * kWarpgroupThreads);
   issue_pv<P, kN>(o, pa, smem_u32(s.v[lst]));
-  // The last warpgroup goes last: its hand-over would have no taker (counts stay balanced).
-  if (c.wg != Traits<P>::kConsumers - 1)
-    named_barrier_arrive(turn_of(next_wg<P>(c.wg)), 2 * kWarpgroupThreads);
+  named_barrier_arrive(turn_of(next_wg<P>(c.wg)), 2 * kWarpgroupThreads);
   wgmma_wait<0>();
   wgmma_fence_operands(o);
   if (Traits<P>::kProducer && lane_id() == 0) mbarrier_arrive(&s.v_empty[lst]);  // the next unit's
@@ -499,8 +511,6 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
     softmax<P, P.block_n>(sc, rs, scale, rule, w, w.tile_begin, a);
 #pragma unroll
     for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
-    // Warpgroup 0 goes first: the last one hands it the first turn.
-    if (wg == T::kConsumers - 1) named_barrier_arrive(turn_of(0), 2 * kWarpgroupThreads);
 
     constexpr int kFull = P.block_n, kHalf = P.block_n / 2;
     bool half = false;
@@ -527,6 +537,7 @@ template <Params P>
 ATTNJIT_DEVICE void consumer_units(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
                                    const Args& a, int wg) {
   StreamPos pos{0, 0};
+  turns_begin<P>(wg);
   for (UnitWalk<P> u = UnitWalk<P>::first(); u.valid(a); u.advance(a)) {
     const Work<P> w = locate<P>(a, u.coords(a));
     if (w.row0 >= w.rows) continue;  // row blocks past this sequence's queries
@@ -535,6 +546,7 @@ ATTNJIT_DEVICE void consumer_units(SharedStorage<P>& s, const TmaDesc& k_map, co
     pos.tile += n;
     pos.q += n > 0 ? 1 : 0;
   }
+  turns_end<P>(wg);
 }
 
 // ---- entry -----------------------------------------------------------------------------
@@ -587,7 +599,10 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
         for (int i = 0; i < P.stages && w.tile_begin + i < w.tile_end; ++i)
           load_kv<P>(s, k_map, v_map, args, w, w.tile_begin + i, i);
       }
-      consumer<P>(s, k_map, v_map, args, w, warpgroup_id_uniform(), StreamPos{0, 0});
+      const int wg = warpgroup_id_uniform();
+      turns_begin<P>(wg);
+      consumer<P>(s, k_map, v_map, args, w, wg, StreamPos{0, 0});
+      turns_end<P>(wg);
     }
   }
   pdl_launch_dependents();  // the combine kernel may start its prologue
