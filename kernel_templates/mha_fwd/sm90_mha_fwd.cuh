@@ -159,6 +159,16 @@ struct RowState {
   float l[2];  // running Σ exp2(s − m) over this thread's columns
 };
 
+// Share of the exponentials on the FMA pipe (one in kExp2PolyEvery; 0: none). At d64 the
+// exponentials take as long on the MUFU as the tile's GEMMs on the tensor cores, so some go
+// to a polynomial; how many is measured, per key tile, on an H100 (docs/bench-notes.md,
+// session 8): 1 in 5 for 128 and 208 keys (against 1 in 3: d64 1k −3 %, 4k −4 %,
+// 8k −2 %, causal 1k −1.3 %; 1 in 2 lost 7 %), 1 in 3 for the other tiles (192 keys, causal
+// 4k and 8k: 1 in 5 lost 1.5–2 %).
+template <Params P>
+inline constexpr int kExp2PolyEvery =
+    P.head_dim > 64 ? 0 : (P.block_n == 128 || P.block_n == 208 ? 5 : 3);
+
 // A row's max and sum over its block_n/4 elements of this thread run as kRowChains
 // independent chains, combined at the end: one chain per row is a string of dependent
 // FMNMX / FADD that a warp alone on its scheduler issues one per latency (measured on an
@@ -185,7 +195,7 @@ template <Params P, bool kMasked, int kN>
 ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                                  const RowRule<P>& rule, int key0, const Args& a) {
   constexpr bool kFused = P.score_mod == Mod::kNone;
-  constexpr int kPolyEvery = P.head_dim <= 64 ? 3 : 0;  // share of exp2 on the FMA pipe
+  constexpr int kPolyEvery = kExp2PolyEvery<P>;
   const int tid = thread_in_warpgroup();
   static_assert(kN >= 8 * kRowChains / 2, "every chain needs an element");
   // The mask test against the thread's first key: element i sits at a compile-time offset
