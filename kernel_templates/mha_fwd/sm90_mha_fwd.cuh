@@ -169,21 +169,42 @@ template <Params P>
 inline constexpr int kExp2PolyEvery =
     P.head_dim > 64 ? 0 : (P.block_n == 128 || P.block_n == 208 ? 5 : 3);
 
-// A row's max and sum over its block_n/4 elements of this thread run as kRowChains
+// Lazy rescale: a row's running max m (log2 units) moves only when a tile's max passes it
+// by more than kRescaleSlack, so most tiles leave O unscaled; p ≤ 2^8 stays far from f32
+// and bf16 limits. Not at dv 256: the branch around O's 128-register rescale cost the
+// persistent d256 consumer a spill.
+template <Params P>
+inline constexpr float kRescaleSlack = P.head_dim_v < 256 ? 8.0f : 0.0f;
+
+// A row's max and sum over its block_n/4 elements of this thread run as kRowChains<P>
 // independent chains, combined at the end: one chain per row is a string of dependent
 // FMNMX / FADD that a warp alone on its scheduler issues one per latency (measured on an
 // H100: d64 causal 1k −3 %, the other rows within noise). Element i (row (i/2) % 2) goes to
 // chain i % 2 + 2·((i/4) % (kRowChains/2)): the pair of a column group, alternating groups.
-constexpr int kRowChains = 4;
-ATTNJIT_DEVICE constexpr int chain_of(int i) { return i % 2 + 2 * ((i / 4) % (kRowChains / 2)); }
-// Element i starts its chain (the first kRowChains/2 column groups): no identity to fold in.
-ATTNJIT_DEVICE constexpr bool starts_chain(int i) { return i / 4 < kRowChains / 2; }
+// One chain at dv 256: four cost the persistent d256 consumer (O alone is 128 registers) a
+// spill.
+template <Params P>
+inline constexpr int kRowChains = P.head_dim_v < 256 ? 4 : 1;
+template <int kChains>
+ATTNJIT_DEVICE constexpr int chain_of(int i) {
+  return kChains == 1 ? 0 : i % 2 + 2 * ((i / 4) % (kChains / 2));
+}
+// Element i starts its chain (its row's first element, or the first kChains/2 column
+// groups): no identity to fold in.
+template <int kChains>
+ATTNJIT_DEVICE constexpr bool starts_chain(int i) {
+  return kChains == 1 ? i < 4 && i % 2 == 0 : i / 4 < kChains / 2;
+}
 
-// Combines a row's chains: ((c0 op c1) op (c2 op c3)).
-template <typename Op>
-ATTNJIT_DEVICE float fold_chains(const float (&c)[kRowChains], Op op) {
-  static_assert(kRowChains == 4, "fold_chains pairs four chains");
-  return op(op(c[0], c[1]), op(c[2], c[3]));
+// Combines a row's chains: c0, or ((c0 op c1) op (c2 op c3)).
+template <int kChains, typename Op>
+ATTNJIT_DEVICE float fold_chains(const float (&c)[kChains], Op op) {
+  static_assert(kChains == 1 || kChains == 4, "one chain or two pairs");
+  if constexpr (kChains == 1) {
+    return c[0];
+  } else {
+    return op(op(c[0], c[1]), op(c[2], c[3]));
+  }
 }
 
 // S [64 × kN] (raw q·k) → P = exp2(s − m_new) in place; updates m, l and returns the
@@ -192,19 +213,20 @@ ATTNJIT_DEVICE float fold_chains(const float (&c)[kRowChains], Op op) {
 // Without a score mod the scale folds into the exponent's FFMA (max taken on raw scores,
 // scale > 0): exp2(raw·c − m), one FFMA + one MUFU per element.
 template <Params P, bool kMasked, int kN>
-ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
+ATTNJIT_DEVICE bool softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                                  const RowRule<P>& rule, int key0, const Args& a) {
   constexpr bool kFused = P.score_mod == Mod::kNone;
   constexpr int kPolyEvery = kExp2PolyEvery<P>;
   const int tid = thread_in_warpgroup();
-  static_assert(kN >= 8 * kRowChains / 2, "every chain needs an element");
+  constexpr int kChains = kRowChains<P>;
+  static_assert(kN >= 8 * kChains / 2, "every chain needs an element");
   // The mask test against the thread's first key: element i sits at a compile-time offset
   // from it, so a bound costs one compare with an immediate, and masks whose rows all
   // start at key 0 (none, causal) test only the upper bound.
   const int key_t = key0 + wgmma_acc_coord(tid, 0).col;
   const int lo_t[2] = {rule.lo[0] - key_t, rule.lo[1] - key_t};
   const int hi_t[2] = {rule.hi[0] - key_t, rule.hi[1] - key_t};
-  float row_max[2][kRowChains];  // [row][chain]
+  float row_max[2][kChains];  // [row][chain]
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) {
     const int r = (i / 2) % 2;
@@ -216,23 +238,36 @@ ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float
     if constexpr (kMasked)
       x = (kKeysFromZero<P> || dk >= lo_t[r]) && dk <= hi_t[r] ? x : neg_inf();
     sc[i] = x;
-    float& m = row_max[r][chain_of(i)];
-    m = starts_chain(i) ? x : fmaxf(m, x);
+    float& m = row_max[r][chain_of<kChains>(i)];
+    m = starts_chain<kChains>(i) ? x : fmaxf(m, x);
   }
   auto max2 = [](float x, float y) { return fmaxf(x, y); };
   float tile_max[2] = {fold_chains(row_max[0], max2), fold_chains(row_max[1], max2)};
   float neg_m[2];  // −m_new, or 0 while a row has seen no key (its p are exp2(−inf) = 0)
+  bool grown = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    const float m_new = fmaxf(rs.m[r], kFused ? tile_max[r] * a.scale_log2 : tile_max[r]);
-    // While a row has seen no key m stays -inf: scale 1 (never inf − inf).
-    scale[r] = m_new == neg_inf() ? 1.0f : exp2_ftz(rs.m[r] - m_new);
+    const float m_tile = kFused ? tile_max[r] * a.scale_log2 : tile_max[r];
+    // Lazy rescale (FA4): m moves only when the tile's max passes it by more than
+    // kRescaleSlack, so a tile's p may reach 2^kRescaleSlack (l and O stay relative to the
+    // m they use; lse and the output are exact for any m). A row that has seen no key has
+    // m = −inf, which any finite max passes; −inf never passes it (never inf − inf).
+    float m_new;
+    if constexpr (kRescaleSlack<P> > 0.0f) {
+      const bool grow = m_tile > rs.m[r] + kRescaleSlack<P>;
+      m_new = grow ? m_tile : rs.m[r];
+      scale[r] = grow ? exp2_ftz(rs.m[r] - m_new) : 1.0f;
+      grown = grown || grow;
+    } else {
+      m_new = fmaxf(rs.m[r], m_tile);
+      scale[r] = m_new == neg_inf() ? 1.0f : exp2_ftz(rs.m[r] - m_new);
+    }
     neg_m[r] = m_new == neg_inf() ? 0.0f : -m_new;
     rs.m[r] = m_new;
   }
-  float row_sum[2][kRowChains];  // [row][chain]: this tile's Σ p
+  float row_sum[2][kChains];  // [row][chain]: this tile's Σ p
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) {
     const int r = (i / 2) % 2;
@@ -244,12 +279,14 @@ ATTNJIT_DEVICE void softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float
     const float p = kPolyEvery > 0 && !kMasked && i % kPolyEvery == kPolyEvery - 1 ? exp2_poly(x)
                                                                                    : exp2_ftz(x);
     sc[i] = p;
-    float& l = row_sum[r][chain_of(i)];
-    l = starts_chain(i) ? p : l + p;
+    float& l = row_sum[r][chain_of<kChains>(i)];
+    l = starts_chain<kChains>(i) ? p : l + p;
   }
   auto add2 = [](float x, float y) { return x + y; };
 #pragma unroll
   for (int r = 0; r < 2; ++r) rs.l[r] = fmaf(rs.l[r], scale[r], fold_chains(row_sum[r], add2));
+  // Whether any row of the warp moved its m: else O needs no rescale (scale is 1).
+  return kRescaleSlack<P> > 0.0f ? __any_sync(0xffffffffu, grown) : true;
 }
 
 // Zeroes key rows [first, block_n) of a V tile (all dv columns): stale rows may hold NaN.
@@ -318,13 +355,13 @@ ATTNJIT_DEVICE void epilogue(const float (&o)[P.head_dim_v / 2], RowState& rs, c
 // Softmax of the tile's first kN keys; masks only where some row of the CTA sees part of
 // them (boundary tiles).
 template <Params P, int kN>
-ATTNJIT_DEVICE void softmax(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
+ATTNJIT_DEVICE bool softmax(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                             const RowRule<P>& rule, const Work<P>& w, int tile, const Args& a) {
   const int key0 = tile * P.block_n;
   if (key0 < w.lo_max || key0 + kN - 1 > w.hi_min) {
-    softmax_tile<P, true, kN>(sc, rs, scale, rule, key0, a);
+    return softmax_tile<P, true, kN>(sc, rs, scale, rule, key0, a);
   } else {
-    softmax_tile<P, false, kN>(sc, rs, scale, rule, key0, a);
+    return softmax_tile<P, false, kN>(sc, rs, scale, rule, key0, a);
   }
 }
 
@@ -453,14 +490,15 @@ ATTNJIT_DEVICE void consumer_step(const UnitCtx<P>& c, int i, const RowRule<P>& 
   wgmma_fence_operands(sc);
   if (lane_id() == 0) mbarrier_arrive(&s.k_empty[st]);
   c.release_q_after(i);
-  softmax<P, kN>(sc, rs, scale, rule, w, tile, c.a);
+  const bool rescale = softmax<P, kN>(sc, rs, scale, rule, w, tile, c.a);
   wgmma_wait<0>();  // P·V_{i−1} done: its P registers and V stage are free
   wgmma_fence_operands(o);
 #pragma unroll
   for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_fence_operands(pa[ks]);
   if (lane_id() == 0) mbarrier_arrive(&s.v_empty[prev]);
+  if (rescale)  // warp-uniform; rare once m has settled (lazy rescale)
 #pragma unroll
-  for (int i2 = 0; i2 < P.head_dim_v / 2; ++i2) o[i2] *= scale[(i2 / 2) % 2];
+    for (int i2 = 0; i2 < P.head_dim_v / 2; ++i2) o[i2] *= scale[(i2 / 2) % 2];
 #pragma unroll
   for (int ks = 0; ks < kN / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, pa[ks]);
 }
