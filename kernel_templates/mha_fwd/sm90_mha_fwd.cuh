@@ -207,9 +207,10 @@ ATTNJIT_DEVICE float fold_chains(const float (&c)[kChains], Op op) {
   }
 }
 
-// S [64 × kN] (raw q·k) → P = exp2(s − m_new) in place; updates m, l and returns the
-// factor exp2(m_old − m_new) each row's O must be scaled by. kMasked: boundary tile. kN:
-// the tile's first kN keys (block_n, or half of it on a warpgroup's half-width last tile).
+// S [64 × kN] (raw q·k) → P = exp2(s − m_new) in place; updates m and l, writes to
+// `scale` the factor exp2(m_old − m_new) each row's O must be scaled by, and returns
+// whether any row of the warp has a factor other than 1. kMasked: boundary tile. kN: the
+// tile's first kN keys (block_n, or half of it on a warpgroup's half-width last tile).
 // Without a score mod the scale folds into the exponent's FFMA (max taken on raw scores,
 // scale > 0): exp2(raw·c − m), one FFMA + one MUFU per element.
 template <Params P, bool kMasked, int kN>
@@ -389,7 +390,8 @@ ATTNJIT_DEVICE void issue_pv(float (&o)[P.head_dim_v / 2], u32 (&pa)[P.block_n /
 
 // Half-width last tile (causal-like masks): where none of a warpgroup's 64 rows sees the
 // upper half of the unit's last KV tile — the first warpgroup on a 128-key diagonal — it
-// runs S, softmax and P·V of that tile over the lower half only. Needs whole k16 steps.
+// runs softmax and P·V of that tile over the lower half only (S stays whole: see
+// consumer_step). Needs whole k16 steps.
 template <Params P>
 inline constexpr bool kHalfLastTile = Traits<P>::kCausalLike && P.block_n % 32 == 0;
 
