@@ -6,6 +6,8 @@
 // relative to kernel_templates/ ("common/mbarrier.cuh"), which is also the name under
 // which the runtime hands them to NVRTC.
 
+#include "common/constants.cuh"
+
 #define ATTNJIT_DEVICE __device__ __forceinline__
 #define ATTNJIT_HOST_DEVICE __host__ __device__ __forceinline__
 
@@ -17,10 +19,6 @@ using u32 = unsigned int;
 using u64 = unsigned long long;
 using i32 = int;
 using i64 = long long;
-
-inline constexpr int kWarpSize = 32;
-inline constexpr int kWarpgroupThreads = 128;  // 4 consecutive warps issue one wgmma
-inline constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in dynamic shared memory (227 KiB)
 
 ATTNJIT_DEVICE int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 ATTNJIT_DEVICE int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }

@@ -4,8 +4,11 @@
 // first bad one. The main kernel stays in bounds without it (it clamps offsets and
 // lengths, and TMA fills out-of-range pages with zeros); this turns garbage into an error.
 #include "common/arch.cuh"
+#include "mha_fwd/layout.cuh"
 
 namespace attnjit::mha_fwd {
+
+using namespace attnjit::layout::mha_fwd;
 
 struct CheckParams {
   bool ragged;     // q_offsets (and k_offsets when KV is contiguous)
@@ -13,20 +16,6 @@ struct CheckParams {
   int page_size;
 };
 
-// What a report names (the low byte of the slot field orders kinds within a sequence).
-enum class CheckKind : int { kQOffsets = 1, kKOffsets = 2, kKvLens = 3, kBlockTable = 4 };
-
-struct CheckArgs {
-  const int* q_offsets;   // [b+1]
-  const int* k_offsets;   // [b+1]
-  const int* kv_lens;     // [b]
-  const int* block_table; // [b, max_pages]
-  unsigned long long* first_bad;  // (batch << 32) | (kind << 24) | slot; host sets ~0
-  int batch;
-  int total_q, total_k;
-  int max_seqlen_q;
-  int max_pages, num_pages;
-};
 
 ATTNJIT_DEVICE void report(const CheckArgs& a, int b, CheckKind kind, int slot) {
   atomicMin(a.first_bad, (static_cast<unsigned long long>(b) << 32) |
@@ -41,9 +30,9 @@ ATTNJIT_DEVICE bool offsets_ok(const int* off, int b, int total, int bound) {
   return lo >= 0 && lo <= hi && hi <= total && hi - lo <= bound;
 }
 
-// grid (b), 128 threads. atomicMin keeps the lowest (batch, kind, slot): a deterministic report.
+// grid (b), kCheckThreads threads. atomicMin keeps the lowest (batch, kind, slot): a deterministic report.
 template <CheckParams P>
-__global__ void __launch_bounds__(128) check_kernel(const CheckArgs a) {
+__global__ void __launch_bounds__(kCheckThreads) check_kernel(const CheckArgs a) {
   const int b = static_cast<int>(blockIdx.x);
   if constexpr (P.ragged) {
     if (threadIdx.x == 0 && !offsets_ok(a.q_offsets, b, a.total_q, a.max_seqlen_q))

@@ -10,8 +10,11 @@
 #include "common/fence.cuh"
 #include "common/numeric.cuh"
 #include "common/types.cuh"
+#include "mha_fwd/layout.cuh"
 
 namespace attnjit::mha_fwd {
+
+using namespace attnjit::layout::mha_fwd;
 
 struct CombineParams {
   DType dtype;     // output dtype
@@ -20,24 +23,10 @@ struct CombineParams {
   bool sink;
 };
 
-struct CombineArgs {
-  const float* part_out;  // [splits, total_q, h_q, dv]
-  const float* part_lse;  // [splits, h_q, total_q]
-  const int* q_offsets;   // ragged: [b+1]
-  const float* sink;      // [h_q]
-  void* out;              // [total_q, h_q, dv]
-  float* lse;             // [h_q, total_q] or null
-  int h_q;
-  int s_q;                // padded
-  int total_q;
-  int num_splits;
-};
-
-inline constexpr int kCombineWarps = 4;  // one (query, head) row per warp
 
 // grid (ceil(max s_q / 4), h_q, batch), 128 threads.
 template <CombineParams P>
-__global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(const CombineArgs a) {
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineArgs a) {
   constexpr int kPerLane = P.head_dim_v / kWarpSize;  // 2, 4 or 8 columns per lane
   static_assert(P.head_dim_v % (2 * kWarpSize) == 0, "whole column pairs per lane");
   pdl_wait_prior_grids();

@@ -78,7 +78,7 @@ ATTNJIT_DEVICE Work<P> locate(const Args& a, const UnitCoords u) {
     w.q_row0 = w.batch * a.s_q;
     w.s_q = a.s_q;
   }
-  if constexpr (P.paged) {
+  if constexpr (P.kv_layout == Layout::kPaged) {
     w.k_row0 = 0;
     w.s_k = clampi(a.kv_lens[w.batch], 0, a.max_pages * P.page_size);
   } else if constexpr (P.ragged) {

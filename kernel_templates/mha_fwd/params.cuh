@@ -1,16 +1,20 @@
 #pragma once
-// mha_fwd: compile-time parameters, derived shapes (Traits), the kernel's argument block
-// and its shared-memory plan. Mirrors MhaFwdConfig / MhaFwdArgs on the host
-// (runtime/include/attnjit/ops/mha_fwd.hpp, runtime/ops/mha_fwd/).
+// mha_fwd: compile-time parameters (the template fields of the runtime's mha_fwd config
+// table, runtime/ops/mha_fwd/config.cpp, member for member), derived shapes (Traits) and
+// the shared-memory layout. The argument blocks and the plan's sizes are in layout.cuh.
 #include "common/arch.cuh"
 #include "common/mbarrier.cuh"
 #include "common/types.cuh"
+#include "mha_fwd/layout.cuh"
 
 namespace attnjit::mha_fwd {
+
+using namespace attnjit::layout::mha_fwd;  // argument blocks and plan, shared with the host
 
 // Enumerator names are the contract with the host's generated instantiations.
 enum class Mask : int { kNone, kCausal, kWindow, kCausalWindow, kChunked };
 enum class Mod : int { kNone, kSoftcap, kAlibi };
+enum class Layout : int { kContiguous, kPaged };
 
 struct Params {
   DType dtype;      // bf16 / f16
@@ -23,7 +27,7 @@ struct Params {
   Mask mask;
   Mod score_mod;
   bool ragged;      // q (and contiguous k/v) as [total, h, d] with row offsets
-  bool paged;       // k/v as page pools [pages, page_size, h_kv, d] + block table
+  Layout kv_layout; // paged: k/v as page pools [pages, page_size, h_kv, d] + block table
   int page_size;    // paged only
   int group;        // 0: one query head per CTA; g > 0: g query heads packed per KV head
   bool sink;        // per-head sink logits
@@ -71,12 +75,12 @@ struct Traits {
   // Q buffers: a persistent CTA loads the next unit's Q while the current unit runs where
   // two fit next to the K/V ring (d64, d128; config.cpp's q_buffers() mirrors this); else the
   // next Q waits for the current unit's last S.
-  static constexpr int kQBuffers =
-      kProducer && 2 * kQBytes + P.stages * (kKBytes + kVBytes) + 2048 <= kMaxSmemPerBlock ? 2 : 1;
+  static constexpr int kQBuffers = q_buffers(kElem, P.head_dim, P.head_dim_v, P.block_m, P.block_n,
+                                             P.stages, P.persistent);
   static constexpr int kGroup = P.group > 0 ? P.group : 1;           // query heads per row block
   static constexpr bool kPacked = P.group > 0;
   static constexpr int kQBoxRows = P.block_m / kGroup;               // query positions per tile
-  static constexpr int kPageRows = !P.paged ? P.block_n
+  static constexpr int kPageRows = P.kv_layout != Layout::kPaged ? P.block_n
                                    : (P.page_size < P.block_n ? P.page_size : P.block_n);
   static constexpr int kPiecesPerTile = P.block_n / kPageRows;       // TMA boxes along keys
   static constexpr bool kCausalLike = P.mask != Mask::kNone;         // bounded key range per row
@@ -90,7 +94,7 @@ struct Traits {
   static_assert(P.head_dim % 64 == 0 && P.head_dim <= 256, "d: whole 128-byte spans");
   static_assert(P.head_dim_v % 64 == 0 && P.head_dim_v <= 256, "dv: one wgmma N ≤ 256");
   static_assert(P.stages >= 2 && P.stages <= 4, "K/V ring depth (refills run one tile ahead)");
-  static_assert(!P.paged || (P.page_size >= 16 && P.page_size <= 256 &&
+  static_assert(P.kv_layout != Layout::kPaged || (P.page_size >= 16 && P.page_size <= 256 &&
                              (P.page_size & (P.page_size - 1)) == 0 &&
                              (P.block_n % P.page_size == 0 || P.page_size % P.block_n == 0)),
                 "pages are powers of two that tile the KV block (or the other way round)");
@@ -100,37 +104,6 @@ struct Traits {
                 "packed GQA: 2..16 query heads per KV head dividing the row block");
 };
 
-// Device argument block; layout must match KernelArgs in runtime/ops/mha_fwd/launch.cpp.
-struct Args {
-  const int* q_offsets;    // ragged: [b+1]
-  const int* k_offsets;    // ragged contiguous KV: [b+1]
-  const int* block_table;  // paged: [b, max_pages]
-  const int* kv_lens;      // paged: [b]
-  const float* sink;       // [h_q] logits (scaled-score units)
-  const float* alibi;      // [h_q] slopes
-  void* out;               // [total_q, h_q, dv] (padded: total_q = b·s_q)
-  float* lse;              // [h_q, total_q] or null
-  float* part_out;         // split: [splits, total_q, h_q, dv] f32
-  float* part_lse;         // split: [splits, h_q, total_q]
-  int batch;
-  int h_q;
-  int h_kv;
-  int s_q;                 // padded: query positions per sequence
-  int s_k;                 // padded: keys per sequence
-  int total_q;             // rows of q (bounds every q row the kernel touches)
-  int total_k;             // rows of contiguous k/v
-  int max_pages;           // paged: block table width
-  int num_splits;
-  int m_tiles;             // row blocks per (sequence, head) in the grid
-  int q_per_kv;            // h_q / h_kv
-  int items;               // persistent: items of the unit list (schedule.cuh), else 0
-  float scale_log2;        // softmax_scale · log2(e)
-  float softcap_inv;       // softmax_scale / cap            (softcap)
-  float softcap_log2;      // cap · log2(e)                  (softcap)
-  int window_left;         // -1: unbounded
-  int window_right;        // -1: unbounded
-  int chunk;               // chunked: tokens per chunk
-};
 
 // Named barriers (id 0 is __syncthreads), one of each kind per consumer warpgroup w:
 // kTailZeroed + w (128 threads): warpgroup w zeroed the stale V rows of its last tile;
@@ -155,5 +128,11 @@ struct SharedStorage {
 
 template <Params P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
+
+// The host launches with the plan in mha_fwd/layout.cuh: it must be this layout's.
+template <Params P>
+inline constexpr bool kPlanMatches =
+    kDynamicSmemBytes<P> == smem_bytes(dtype_bytes(P.dtype), P.head_dim, P.head_dim_v, P.block_m,
+                                       P.block_n, P.stages, P.persistent);
 
 }  // namespace attnjit::mha_fwd

@@ -56,7 +56,7 @@ template <Params P, int kChunks>
 ATTNJIT_DEVICE void load_kv_tile(const TmaDesc& map, MBarrier* bar, u8* dst, const Args& a,
                                  const Work<P>& w, int tile) {
   using T = Traits<P>;
-  if constexpr (P.paged) {
+  if constexpr (P.kv_layout == Layout::kPaged) {
     const int* table = a.block_table + static_cast<i64>(w.batch) * a.max_pages;
 #pragma unroll
     for (int piece = 0; piece < T::kPiecesPerTile; ++piece) {
@@ -609,6 +609,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
            const __grid_constant__ TmaDesc k_map,  // k [rows, h_kv, d] or [pages, page, h_kv, d]
            const __grid_constant__ TmaDesc v_map,  // v likewise with dv
            const Args args) {
+  static_assert(kPlanMatches<P>, "mha_fwd/layout.cuh's smem_bytes is not this SharedStorage's");
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>(
       (reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));

@@ -5,33 +5,19 @@
 // and lengths, and TMA fills out-of-range pages with zeros); this turns silent garbage into
 // an error.
 #include "common/arch.cuh"
+#include "mla_decode/layout.cuh"
 
 namespace attnjit::mla_decode {
+
+using namespace attnjit::layout::mla_decode;
 
 struct CheckParams {
   int page_size;
 };
 
-// What a report's low 32 bits name (the high 32 bits hold the sequence).
-inline constexpr unsigned kBadQOffsets = 0;  // q_offsets[b], q_offsets[b + 1]
-inline constexpr unsigned kBadLength = 1;    // cache_lens[b]
-inline constexpr unsigned kBadSlot0 = 2;     // block_table[b][slot]: kBadSlot0 + slot
-
-struct CheckArgs {
-  const int* block_table;        // [b, max_pages]
-  const int* cache_lens;         // [b]
-  const int* q_offsets;          // [b + 1] (ragged) or null
-  unsigned long long* first_bad; // (batch << 32) | what; the host sets it to ~0 (nothing
-                                 // found) before the launch
-  int max_pages;
-  int num_pages;
-  int total_q;                   // ragged: rows of q
-  int max_q_len;                 // ragged: the bound every sequence's q_len must keep
-};
-
-// grid (b), 128 threads. atomicMin keeps the lowest (batch, what): a deterministic report.
+// grid (b), kCheckThreads threads. atomicMin keeps the lowest (batch, what): a deterministic report.
 template <CheckParams P>
-__global__ void __launch_bounds__(128) check_kernel(const CheckArgs a) {
+__global__ void __launch_bounds__(kCheckThreads) check_kernel(const CheckArgs a) {
   const int b = static_cast<int>(blockIdx.x);
   const unsigned long long row = static_cast<unsigned long long>(b) << 32;
   if (a.q_offsets != nullptr && threadIdx.x == 0) {

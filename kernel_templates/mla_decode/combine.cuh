@@ -18,17 +18,6 @@ struct CombineParams {
   int num_heads;  // h (packed row = q_idx · h + head)
 };
 
-struct CombineArgs {
-  const float* part_out;  // [b, splits, q_len·h, 512] f32 (q_len = the bound when ragged)
-  const float* part_lse;  // [b, splits, q_len·h]
-  void* out;              // [total_q, h, 512]
-  float* lse;             // lse_index layout, or null
-  QRows q;
-  int num_splits;
-};
-
-inline constexpr int kCombineThreads = kValueDim / 4;  // 4 columns (one float4) per thread
-
 // grid (q_len·h, b), kCombineThreads threads; a row past its (ragged) sequence's q_len·h
 // has no output.
 template <CombineParams P>

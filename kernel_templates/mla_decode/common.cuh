@@ -1,18 +1,22 @@
 #pragma once
-// Pieces shared by the mla_decode kernels: the compile-time shape, the argument block and
-// the CTA's work item (which sequence, split, rows and KV tiles). The two main kernels
+// Pieces shared by the mla_decode kernels: the compile-time shape and the CTA's work item (which sequence, split, rows and KV tiles). The two main kernels
 // (sm90_mla_decode.cuh: softmax warpgroup + two P·V warpgroups; sm90_mla_decode_seesaw.cuh:
 // two warpgroups taking turns) differ in how a CTA walks its tiles and writes its output.
 #include "common/arch.cuh"
 #include "common/types.cuh"
 #include "common/wgmma.cuh"
+#include "mla_decode/layout.cuh"
 
 namespace attnjit::mla_decode {
 
-inline constexpr int kHeadDim = 576;   // latent 512 + rope 64
-inline constexpr int kValueDim = 512;  // V = the first 512 dims of a cache row
+using namespace attnjit::layout::mla_decode;  // argument blocks and plan, shared with the host
 
-// Compile-time shape; mirrors MlaDecodeConfig (runtime/include/attnjit/ops/mla_decode.hpp).
+// How a CTA's warpgroups share a KV tile; each schedule is its own kernel template
+// (sm90_mla_decode.cuh, sm90_mla_decode_seesaw.cuh).
+enum class Schedule : int { kSeesaw, kSoftmaxWarpgroup };
+
+// Compile-time shape: the template fields of the runtime's mla_decode config table
+// (runtime/ops/mla_decode/config.cpp), member for member.
 struct Params {
   DType dtype;      // bf16 / f16
   int num_heads;    // h
@@ -22,15 +26,7 @@ struct Params {
   int block_n;      // keys per tile
   int stages;       // KV ring depth
   Swizzle swizzle;  // 128B
-};
-
-// Where each sequence's query tokens live in q / out. Padded: sequence i owns tokens
-// [i·q_len, (i+1)·q_len). Ragged: tokens [offsets[i], offsets[i+1]) of q [total_q, h, 576],
-// at most q_len of them (q_len is then the host's bound, which sized the grid).
-struct QRows {
-  const int* offsets;  // [b + 1] (ragged) or null (padded)
-  int q_len;           // padded: every sequence's q_len; ragged: the bound
-  int total_q;         // tokens in q and out
+  Schedule schedule;
 };
 
 // One sequence's tokens: [start, start + q_len) of q / out.
@@ -54,20 +50,6 @@ ATTNJIT_DEVICE i64 lse_index(const QRows& q, int batch, const Seq& s, int num_he
   if (q.offsets == nullptr) return (static_cast<i64>(batch) * num_heads + head) * q.q_len + q_idx;
   return static_cast<i64>(head) * q.total_q + s.start + q_idx;
 }
-
-// Device-side argument block; the host mirrors it (KernelArgs in runtime/ops/mla_decode).
-struct Args {
-  const int* block_table;  // [b, max_pages]
-  const int* cache_lens;   // [b]
-  void* out;               // [total_q, h, 512] contiguous (padded: [b, q_len, h, 512])
-  float* lse;              // lse_index layout, or null
-  float* part_out;         // [b, splits, q_len·h, 512] f32 (splits > 1; q_len = the bound)
-  float* part_lse;         // [b, splits, q_len·h]
-  QRows q;
-  int max_pages;
-  int num_splits;
-  float scale_log2;        // softmax_scale · log2(e)
-};
 
 // The CTA's work: grid (row tiles, splits, b).
 struct Tile {

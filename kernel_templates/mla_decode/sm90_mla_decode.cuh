@@ -54,6 +54,7 @@ struct Traits {
   static constexpr int kHalfCols = kValueDim / 2;               // output columns per consumer
   static constexpr int kConsumerThreads = 3 * kWarpgroupThreads;  // named-barrier count
 
+  static_assert(P.schedule == Schedule::kSoftmaxWarpgroup, "this file is the softmax_wg schedule");
   static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/cache are bf16 or f16");
   static_assert(P.block_m == 64, "one wgmma M (64) of query rows");
   static_assert(P.block_n == 32 || P.block_n == 64, "32- or 64-key tiles (one P swizzle span)");
@@ -89,6 +90,12 @@ struct SharedStorage {
 
 template <Params P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
+
+// The host launches with the plan in mla_decode/layout.cuh: it must be this layout's.
+template <Params P>
+inline constexpr bool kPlanMatches =
+    kDynamicSmemBytes<P> == smem_bytes(dtype_bytes(P.dtype), P.block_m, P.block_n, P.stages,
+                                       /*seesaw=*/false);
 
 // ---- TMA issue (one thread) -------------------------------------------------------------
 
@@ -354,6 +361,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     kernel(const __grid_constant__ TmaDesc q_map,   // [total_q·h, 576], box [64, 64]
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
            const Args args) {
+  static_assert(kPlanMatches<P>, "mla_decode/layout.cuh's smem_bytes is not this SharedStorage's");
   using T = Traits<P>;
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>(

@@ -57,6 +57,7 @@ struct Traits {
   static constexpr int kSAcc = P.block_n / 2;                   // S accumulators per thread
   static constexpr int kStageBytes = P.block_m * (kValueDim * 4 + 32);  // f32 output staging
 
+  static_assert(P.schedule == Schedule::kSeesaw, "this file is the seesaw schedule");
   static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/cache are bf16 or f16");
   static_assert(P.block_m == 64, "one wgmma M (64) of query rows");
   static_assert(P.block_n == 64, "64-key tiles: P is one 128B swizzle span per row");
@@ -105,6 +106,12 @@ struct SharedStorage {
 
 template <Params P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
+
+// The host launches with the plan in mla_decode/layout.cuh: it must be this layout's.
+template <Params P>
+inline constexpr bool kPlanMatches =
+    kDynamicSmemBytes<P> == smem_bytes(dtype_bytes(P.dtype), P.block_m, P.block_n, P.stages,
+                                       /*seesaw=*/true);
 
 // Byte offsets of the operands from the (1024-aligned) storage base: the roles keep one
 // base address in a register instead of one per region (registers are at the 255 cap).
@@ -678,6 +685,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     kernel(const __grid_constant__ TmaDesc q_map,   // [total_q·h, 576], box [64, 64]
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
            const Args args) {
+  static_assert(kPlanMatches<P>, "mla_decode/layout.cuh's smem_bytes is not this SharedStorage's");
   using T = Traits<P>;
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>(

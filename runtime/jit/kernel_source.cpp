@@ -15,6 +15,13 @@ std::string instantiation_expression(const KernelSource& src) {
 std::string translation_unit(const KernelSource& src) {
   std::string fields;
   for (const TemplateArg& a : src.args) fields += fmt::format("//   {} = {}\n", a.field, a.value);
+  std::string member_check;
+  if (src.check_member_count)
+    member_check = fmt::format(
+        "#include \"common/member_count.cuh\"\n"
+        "static_assert(attnjit::detail::member_count<{params}>() == {n},\n"
+        "              \"{params} has members the runtime's config table does not name\");\n",
+        fmt::arg("params", src.params_type), fmt::arg("n", src.args.size()));
   // The instantiation itself is requested through nvrtcAddNameExpression; the alias
   // below makes the TU self-describing and lets a failed build point at the values.
   return fmt::format(
@@ -23,13 +30,15 @@ std::string translation_unit(const KernelSource& src) {
       "// template arguments ({params}):\n"
       "{fields}"
       "#include \"{header}\"\n"
+      "{member_check}"
       "\n"
       "namespace attnjit_generated {{\n"
       "inline constexpr auto kEntry = &{expr};\n"
       "}}  // namespace attnjit_generated\n",
       fmt::arg("op", src.op), fmt::arg("json", src.config_json),
       fmt::arg("params", src.params_type), fmt::arg("fields", fields),
-      fmt::arg("header", src.header), fmt::arg("expr", instantiation_expression(src)));
+      fmt::arg("header", src.header), fmt::arg("member_check", member_check),
+      fmt::arg("expr", instantiation_expression(src)));
 }
 
 }  // namespace attnjit::jit

@@ -24,6 +24,9 @@ struct KernelSource {
   std::string kernel;             // qualified template name, e.g. "attnjit::tma_copy::kernel"
   std::string params_type;        // qualified params struct, e.g. "attnjit::tma_copy::Params"
   std::vector<TemplateArg> args;  // in the struct's declaration order
+  // Ops' config tables set this: the TU static_asserts that the params struct has exactly
+  // args.size() members (common/member_count.cuh), so none is left silently zero.
+  bool check_member_count = false;
   std::string config_json;        // canonical config, recorded in the TU's header comment
 };
 

@@ -11,15 +11,9 @@
 
 #include "attnjit/types.hpp"
 #include "jit/kernel_table.hpp"
+#include "ops/field_table.hpp"
 
 namespace attnjit::ops {
-
-struct FieldSpec {
-  std::string name;
-  std::string allowed;        // human-readable rule, e.g. "8..256, multiple of 8"
-  std::string default_value;  // as JSON text
-  std::string doc;
-};
 
 struct OpSpec;
 
@@ -54,6 +48,13 @@ struct TuningSpec {
   std::vector<nlohmann::json> bench_shapes;
 };
 
+// A config's derived forms, unvalidated (the field-walk tests compare them field by field).
+struct ConfigForms {
+  nlohmann::json json;
+  jit::KernelKey key;
+  std::vector<jit::TemplateArg> args;
+};
+
 struct OpSpec {
   std::string name;
   uint32_t id = 0;  // KernelKey::op; stable within a build
@@ -66,10 +67,34 @@ struct OpSpec {
   std::function<nlohmann::json(const nlohmann::json&)> canonicalize;
   // The kernel recipe of a (valid) config for an arch.
   std::function<jit::KernelRecipe(const nlohmann::json&, Arch)> recipe;
+  // The JSON, key and template arguments of a config read without its rules (tests).
+  std::function<ConfigForms(const nlohmann::json&)> forms;
   TuningSpec tuning;  // empty: not tunable
 
   bool supports(Arch arch) const;
 };
+
+// Fills op.fields, canonicalize, recipe and forms from a config table: `recipe` builds the
+// kernel of a validated config. `table` must outlive the registry (a function-local static).
+template <class C, class... T>
+void bind_config(OpSpec& op, const ConfigTable<C, T...>& table,
+                 std::function<jit::KernelRecipe(const C&, Arch)> recipe) {
+  op.fields = table.specs();
+  auto read = [&table](const nlohmann::json& j) {
+    C c = table.from_json(j);
+    c.validate();
+    return c;
+  };
+  op.canonicalize = [&table, read](const nlohmann::json& j) {
+    return nlohmann::json::parse(table.to_json(read(j)).dump());
+  };
+  op.recipe = [read, recipe](const nlohmann::json& j, Arch arch) { return recipe(read(j), arch); };
+  op.forms = [&table, id = op.id](const nlohmann::json& j) {
+    const C c = table.from_json(j);
+    return ConfigForms{nlohmann::json::parse(table.to_json(c).dump()), table.key(id, kSm90a, c),
+                       table.template_args(c)};
+  };
+}
 
 const std::vector<OpSpec>& registry();
 

@@ -66,9 +66,9 @@ TEST_CASE("tma_copy config JSON round-trips and rejects unknown or mistyped fiel
   REQUIRE_ERROR(TmaCopyConfig::from_json(R"({"stages":"2"})"), ErrorKind::kUnsupportedConfig,
                 "'stages'", "integer");
   REQUIRE_ERROR(TmaCopyConfig::from_json(R"({"swizzle":"16B"})"), ErrorKind::kUnsupportedConfig,
-                "'swizzle'", "unknown swizzle");
+                "'swizzle'", "one of none, 32B, 64B, 128B");
   REQUIRE_ERROR(TmaCopyConfig::from_json(R"({"dtype":"bf17"})"), ErrorKind::kUnsupportedConfig,
-                "'dtype'", "unknown dtype");
+                "'dtype'", "one of bf16, f16");
   REQUIRE_ERROR(TmaCopyConfig::from_json("[1,2]"), ErrorKind::kUnsupportedConfig, "JSON object");
   REQUIRE_ERROR(TmaCopyConfig::from_json("{"), ErrorKind::kUnsupportedConfig, "invalid JSON");
   REQUIRE_ERROR(TmaCopyConfig::from_json(R"({"block_m":7})"), ErrorKind::kUnsupportedConfig,

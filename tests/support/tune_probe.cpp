@@ -10,41 +10,46 @@
 #include "attnjit/error.hpp"
 #include "bench_util.hpp"
 #include "jit/kernel_table.hpp"
-#include "ops/config_json.hpp"
+#include "ops/field_table.hpp"
+#include "ops/registry.hpp"
 
 namespace attnjit::test {
 namespace {
 
 using nlohmann::json;
 
-struct Params {  // host twin of attnjit::testing::TuneProbeParams
-  int32_t mode, threads;
+struct Params {  // attnjit::testing::TuneProbeParams
+  int mode = 0;
+  int threads = 256;
+  void validate() const;
 };
-static_assert(std::has_unique_object_representations_v<Params>);
+
+template <class T>
+using F = ops::Field<Params, T>;
+const auto& table() {
+  static const ops::ConfigTable t{
+      "tune_probe",
+      F<int>{"mode", &Params::mode, ops::FieldKind::kTemplate, ops::int_range(0, 4),
+             "0 copy, 1 wrong, 2 illegal address, 3 trap, 4 hang", "mode{}", true},
+      F<int>{"threads", &Params::threads, ops::FieldKind::kTemplate, ops::int_range(32, 1024, 32),
+             "block size", "t{}", true},
+  };
+  return t;
+}
+void Params::validate() const { table().check_rules(*this); }
 
 Params parse(const json& j) {
-  ops::ConfigReader r(j, "tune_probe");
-  Params p{r.get_int("mode", 0), r.get_int("threads", 256)};
-  r.finish();
-  if (p.mode < 0 || p.mode > 4)
-    fail_config("tune_probe config field 'mode'", fmt::format("must be 0..4, got {}", p.mode));
-  if (p.threads < 32 || p.threads > 1024 || p.threads % 32 != 0)
-    fail_config("tune_probe config field 'threads'",
-                fmt::format("must be a multiple of 32 in 32..1024, got {}", p.threads));
+  Params p = table().from_json(j);
+  p.validate();
   return p;
 }
-json to_json(const Params& p) { return {{"mode", p.mode}, {"threads", p.threads}}; }
+json to_json(const Params& p) { return json::parse(table().to_json(p).dump()); }
 
 jit::KernelRecipe recipe_of(const Params& p, Arch arch) {
-  jit::KernelRecipe r;
-  r.source.op = "tune_probe";
-  r.source.header = "testing/tune_probe.cuh";
-  r.source.kernel = "attnjit::testing::tune_probe_kernel";
-  r.source.params_type = "attnjit::testing::TuneProbeParams";
-  r.source.args = {{"mode", std::to_string(p.mode)}, {"threads", std::to_string(p.threads)}};
-  r.source.config_json = to_json(p).dump();
-  r.options.arch = arch;
-  return r;
+  return ops::table_recipe(table(), p,
+                           {"tune_probe", "testing/tune_probe.cuh", "attnjit::testing::tune_probe_kernel",
+                            "attnjit::testing::TuneProbeParams"},
+                           arch, 0);
 }
 
 class ProbeBench final : public tune::Bench {
@@ -61,7 +66,7 @@ class ProbeBench final : public tune::Bench {
   }
   std::function<void(int)> prepare(const json& candidate) override {
     const Params p = parse(candidate);
-    const jit::Kernel& k = jit::get_kernel(jit::make_key(kTuneProbeOpId, arch_, p),
+    const jit::Kernel& k = jit::get_kernel(table().key(kTuneProbeOpId, arch_, p),
                                            [&] { return recipe_of(p, arch_); });
     k.prepare_current_device();
     return [this, &k, p](int) {
@@ -97,12 +102,9 @@ ops::OpSpec make_spec() {
   op.name = "tune_probe";
   op.id = kTuneProbeOpId;
   op.summary = "test-only: a copy that is correct, wrong, faults, traps or hangs by its mode";
-  op.fields = {{"mode", "0..4", "0", "0 copy, 1 wrong, 2 illegal address, 3 trap, 4 hang"},
-               {"threads", "32..1024, multiple of 32", "256", "block size"}};
   op.archs = {kSm90a, kSm100a};
   op.default_set = [] { return std::vector<json>{to_json(Params{0, 256})}; };
-  op.canonicalize = [](const json& j) { return to_json(parse(j)); };
-  op.recipe = [](const json& j, Arch arch) { return recipe_of(parse(j), arch); };
+  ops::bind_config<Params>(op, table(), recipe_of);
   ops::TuningSpec& t = op.tuning;
   t.shape_keys = "n";
   t.canonical_shape = [](const json& s) {

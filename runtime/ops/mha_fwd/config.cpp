@@ -9,76 +9,150 @@
 #include <nlohmann/json.hpp>
 
 #include "attnjit/error.hpp"
-#include "ops/config_json.hpp"
-#include "ops/template_args.hpp"
+#include "mha_fwd/layout.cuh"
+#include "ops/field_table.hpp"
+#include "ops/launch_support.hpp"
+#include "ops/registry.hpp"
 
 namespace attnjit {
+namespace ops {
+
+template <>
+struct EnumSpelling<MaskKind> {
+  static constexpr std::array<Spelled<MaskKind>, 5> kAll{{
+      {MaskKind::kNone, "none", "attnjit::mha_fwd::Mask::kNone"},
+      {MaskKind::kCausal, "causal", "attnjit::mha_fwd::Mask::kCausal"},
+      {MaskKind::kWindow, "window", "attnjit::mha_fwd::Mask::kWindow"},
+      {MaskKind::kCausalWindow, "causal_window", "attnjit::mha_fwd::Mask::kCausalWindow"},
+      {MaskKind::kChunked, "chunked", "attnjit::mha_fwd::Mask::kChunked"},
+  }};
+};
+template <>
+struct EnumSpelling<ScoreMod> {
+  static constexpr std::array<Spelled<ScoreMod>, 3> kAll{{
+      {ScoreMod::kNone, "none", "attnjit::mha_fwd::Mod::kNone"},
+      {ScoreMod::kSoftcap, "softcap", "attnjit::mha_fwd::Mod::kSoftcap"},
+      {ScoreMod::kAlibi, "alibi", "attnjit::mha_fwd::Mod::kAlibi"},
+  }};
+};
+template <>
+struct EnumSpelling<KvLayout> {
+  static constexpr std::array<Spelled<KvLayout>, 2> kAll{{
+      {KvLayout::kContiguous, "contiguous", "attnjit::mha_fwd::Layout::kContiguous"},
+      {KvLayout::kPaged, "paged", "attnjit::mha_fwd::Layout::kPaged"},
+  }};
+};
+
+}  // namespace ops
+
+std::string_view to_string(MaskKind m) noexcept { return ops::enum_name(m); }
+std::string_view to_string(ScoreMod s) noexcept { return ops::enum_name(s); }
+std::string_view to_string(KvLayout l) noexcept { return ops::enum_name(l); }
+
 namespace {
 
-constexpr std::array<std::string_view, 5> kMaskNames{"none", "causal", "window", "causal_window",
-                                                     "chunked"};
-constexpr std::array<std::string_view, 3> kModNames{"none", "softcap", "alibi"};
-constexpr std::array<std::string_view, 2> kLayoutNames{"contiguous", "paged"};
-
+using ops::FieldKind;
 bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+const auto kHalf = ops::one_of<DType>({DType::kBF16, DType::kF16});
 
-std::string cxx_bool(bool b) { return b ? "true" : "false"; }
-
-std::string cxx_mask(MaskKind m) {
-  static constexpr std::array<const char*, 5> kCxx{"kNone", "kCausal", "kWindow", "kCausalWindow",
-                                                   "kChunked"};
-  return std::string("attnjit::mha_fwd::Mask::") + kCxx[static_cast<size_t>(m)];
+template <class T>
+using F = ops::Field<MhaFwdConfig, T>;
+const auto& table() {
+  static const ops::ConfigTable t{
+      "mha_fwd",
+      F<DType>{"dtype", &MhaFwdConfig::dtype, FieldKind::kTemplate, kHalf, "q, k, v and out type", "{}", true},
+      F<int>{"head_dim", &MhaFwdConfig::head_dim, FieldKind::kTemplate,
+             ops::one_of<int>({64, 128, 192, 256}), "d of q·k", "d{}", true},
+      F<int>{"head_dim_v", &MhaFwdConfig::head_dim_v, FieldKind::kTemplate,
+             ops::one_of<int>({64, 128, 256}, "= head_dim, or 128 with head_dim 192"), "d of v and out",
+             "dv{}", true, [](const MhaFwdConfig& c) { return c.head_dim == 192 ? 128 : c.head_dim; },
+             "head_dim (128 with head_dim 192)"},
+      F<int>{"block_m", &MhaFwdConfig::block_m, FieldKind::kTemplate, ops::one_of<int>({128, 192}),
+             "query rows per CTA (2 or 3 consumer warpgroups × 64)", "m{}", true},
+      F<int>{"block_n", &MhaFwdConfig::block_n, FieldKind::kTemplate,
+             ops::int_range(16, 256, 16,
+                            "dv/2 + 3·block_n/4 ≤ 224 (192 persistent, 128 with block_m 192); "
+                            "power of 2 when paged"),
+             "keys per KV tile", "n{}", true},
+      F<int>{"stages", &MhaFwdConfig::stages, FieldKind::kTemplate,
+             ops::int_range(2, 4, 1, "within 227 KiB"), "K/V ring depth", "s{}", true},
+      F<Swizzle>{"swizzle", &MhaFwdConfig::swizzle, FieldKind::kTemplate,
+                 ops::one_of<Swizzle>({Swizzle::k128B}), "Q/K/V smem layout"},
+      F<MaskKind>{"mask", &MhaFwdConfig::mask, FieldKind::kTemplate,
+                  ops::one_of<MaskKind>({MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
+                                         MaskKind::kCausalWindow, MaskKind::kChunked}),
+                  "mask kind (bottom-right aligned)", "{}", true},
+      F<ScoreMod>{"score_mod", &MhaFwdConfig::score_mod, FieldKind::kTemplate,
+                  ops::one_of<ScoreMod>({ScoreMod::kNone, ScoreMod::kSoftcap, ScoreMod::kAlibi}),
+                  "score modifier", "{}"},
+      F<bool>{"ragged", &MhaFwdConfig::ragged, FieldKind::kTemplate, ops::any_bool(),
+              "q (and contiguous k/v) as [total, h, d] + offsets", "ragged"},
+      F<KvLayout>{"kv_layout", &MhaFwdConfig::kv_layout, FieldKind::kTemplate,
+                  ops::one_of<KvLayout>({KvLayout::kContiguous, KvLayout::kPaged}), "KV storage", "{}"},
+      F<int>{"page_size", &MhaFwdConfig::page_size, FieldKind::kTemplate,
+             ops::one_of<int>({0, 16, 32, 64, 128, 256}, "0 unless kv_layout is paged"),
+             "tokens per KV page", "page{}"},
+      F<int>{"group", &MhaFwdConfig::group, FieldKind::kTemplate, ops::one_of<int>({0, 2, 4, 8, 16}),
+             "query heads packed per KV head (0: one per CTA)", "g{}"},
+      F<bool>{"sink", &MhaFwdConfig::sink, FieldKind::kTemplate, ops::any_bool(),
+              "per-head attention sink logits", "sink"},
+      F<bool>{"persistent", &MhaFwdConfig::persistent, FieldKind::kTemplate,
+              ops::any_bool("true: block_m 128, dv/2 + 3·block_n/4 ≤ 192"),
+              "one CTA per SM over a static row-block list, producer warpgroup", "persistent"},
+  };
+  return t;
 }
-std::string cxx_mod(ScoreMod s) {
-  static constexpr std::array<const char*, 3> kCxx{"kNone", "kSoftcap", "kAlibi"};
-  return std::string("attnjit::mha_fwd::Mod::") + kCxx[static_cast<size_t>(s)];
+
+template <class T>
+using FC = ops::Field<ops::MhaCombineConfig, T>;
+const auto& combine_table() {
+  static const ops::ConfigTable t{
+      "mha_fwd_combine",
+      FC<DType>{"dtype", &ops::MhaCombineConfig::dtype, FieldKind::kTemplate, kHalf, "output type", "{}", true},
+      FC<int>{"head_dim_v", &ops::MhaCombineConfig::head_dim_v, FieldKind::kTemplate,
+              ops::one_of<int>({64, 128, 256}), "dv", "dv{}", true},
+      FC<bool>{"ragged", &ops::MhaCombineConfig::ragged, FieldKind::kTemplate, ops::any_bool(),
+               "q rows from offsets", "ragged"},
+      FC<bool>{"sink", &ops::MhaCombineConfig::sink, FieldKind::kTemplate, ops::any_bool(),
+               "per-head attention sink", "sink"},
+  };
+  return t;
 }
 
-}  // namespace
-
-std::string_view to_string(MaskKind m) noexcept { return kMaskNames[static_cast<size_t>(m)]; }
-std::string_view to_string(ScoreMod s) noexcept { return kModNames[static_cast<size_t>(s)]; }
-std::string_view to_string(KvLayout l) noexcept { return kLayoutNames[static_cast<size_t>(l)]; }
-
-namespace {
-// Q + stages × (K + V) tiles of a plan with `q_tiles` Q buffers.
-int tile_bytes(const MhaFwdConfig& c, int q_tiles) {
-  const int e = dtype_bytes(c.dtype);
-  return q_tiles * c.block_m * c.head_dim * e + c.stages * c.block_n * (c.head_dim + c.head_dim_v) * e;
+template <class T>
+using FK = ops::Field<ops::MhaCheckConfig, T>;
+const auto& check_table() {
+  static const ops::ConfigTable t{
+      "mha_fwd_check",
+      FK<bool>{"ragged", &ops::MhaCheckConfig::ragged, FieldKind::kTemplate, ops::any_bool(),
+               "q_offsets (and k_offsets when KV is contiguous)"},
+      FK<bool>{"paged", &ops::MhaCheckConfig::paged, FieldKind::kTemplate, ops::any_bool(),
+               "kv_lens + block_table"},
+      FK<int>{"page_size", &ops::MhaCheckConfig::page_size, FieldKind::kTemplate,
+              ops::one_of<int>({0, 16, 32, 64, 128, 256}), "tokens per KV page"},
+  };
+  return t;
 }
+
 }  // namespace
 
 int MhaFwdConfig::q_buffers() const {
-  // Mirrors Traits::kQBuffers: the barriers and the base alignment take 2048 bytes at most.
-  return persistent && tile_bytes(*this, 2) + 2048 <= static_cast<int>(kMhaMaxSmemPerBlock) ? 2 : 1;
+  return layout::mha_fwd::q_buffers(dtype_bytes(dtype), head_dim, head_dim_v, block_m, block_n,
+                                    stages, persistent);
 }
 
 unsigned MhaFwdConfig::dynamic_smem_bytes() const {
-  // Mirrors SharedStorage<P> (kernel_templates/mha_fwd/params.cuh; the kernel traps if
-  // launched with less): the tiles, 2 barriers per Q buffer and 4 per stage, rounded to the
-  // 1024-byte tile alignment, plus 1024 for aligning the dynamic base.
-  const int body = tile_bytes(*this, q_buffers()) + (2 * q_buffers() + 4 * stages) * 8;
-  return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
+  return layout::mha_fwd::smem_bytes(dtype_bytes(dtype), head_dim, head_dim_v, block_m, block_n,
+                                     stages, persistent);
 }
 
 void MhaFwdConfig::validate() const {
-  auto bad = [](const char* field, const std::string& rule) {
-    fail_config(fmt::format("mha_fwd config field '{}'", field), rule);
-  };
-  if (dtype != DType::kBF16 && dtype != DType::kF16)
-    bad("dtype", fmt::format("must be bf16 or f16, got {}", to_string(dtype)));
-  if (head_dim != 64 && head_dim != 128 && head_dim != 192 && head_dim != 256)
-    bad("head_dim", fmt::format("must be 64, 128, 192 or 256, got {}", head_dim));
+  table().check_rules(*this);
+  auto bad = [](const char* field, const std::string& rule) { fail_config(table().where(field), rule); };
   if (!(head_dim_v == head_dim && head_dim != 192) && !(head_dim == 192 && head_dim_v == 128))
     bad("head_dim_v", fmt::format("must equal head_dim (64, 128, 256), or be 128 with head_dim "
                                   "192; got head_dim {} head_dim_v {}",
                                   head_dim, head_dim_v));
-  if (block_m != 128 && block_m != 192)
-    bad("block_m", fmt::format("must be 128 or 192 (two or three consumer warpgroups × 64 rows), "
-                               "got {}",
-                               block_m));
-  if (block_n < 16 || block_n > 256 || block_n % 16 != 0)
-    bad("block_n", fmt::format("must be a multiple of 16 in 16..256, got {}", block_n));
   if (persistent && block_m != 128)
     bad("persistent", fmt::format("needs block_m 128 (a producer and two consumer warpgroups "
                                   "share the registers), got block_m {}",
@@ -94,15 +168,6 @@ void MhaFwdConfig::validate() const {
                                "block_m {}{}",
                                block_n, head_dim_v, head_dim_v / 2 + 3 * block_n / 4, accumulators,
                                cap, block_m, persistent ? " persistent" : ""));
-  // ≥ 2: K of tile i+1 and V of tile i are refilled while tile i is in use.
-  if (stages < 2 || stages > 4) bad("stages", fmt::format("must be 2..4, got {}", stages));
-  if (swizzle != Swizzle::k128B)
-    bad("swizzle", fmt::format("must be 128B (head dims are whole 128-byte spans), got {}",
-                               to_string(swizzle)));
-  if (static_cast<int>(mask) > static_cast<int>(MaskKind::kChunked))
-    bad("mask", "unknown mask kind");
-  if (static_cast<int>(score_mod) > static_cast<int>(ScoreMod::kAlibi))
-    bad("score_mod", "unknown score mod");
   if (kv_layout == KvLayout::kPaged) {
     if (page_size < 16 || page_size > 256 || !pow2(page_size))
       bad("page_size", fmt::format("must be a power of two in 16..256 for paged KV, got {}", page_size));
@@ -110,80 +175,24 @@ void MhaFwdConfig::validate() const {
       bad("block_n", fmt::format("must be a power of two with paged KV (pages tile the KV block "
                                  "or the other way round), got {}",
                                  block_n));
-  } else if (kv_layout == KvLayout::kContiguous) {
+  } else {
     if (page_size != 0)
       bad("page_size", fmt::format("must be 0 unless kv_layout is paged, got {}", page_size));
-  } else {
-    bad("kv_layout", "unknown KV layout");
   }
-  if (group != 0 && group != 2 && group != 4 && group != 8 && group != 16)
-    bad("group", fmt::format("must be 0 (one query head per CTA) or 2, 4, 8, 16 (query heads "
-                             "packed per KV head), got {}",
-                             group));
-  if (dynamic_smem_bytes() > kMhaMaxSmemPerBlock)
+  if (dynamic_smem_bytes() > static_cast<unsigned>(kMaxSmemPerBlock))
     bad("stages", fmt::format("{} stages of {}-key K/V tiles need {} B of shared memory, over {}",
-                              stages, block_n, dynamic_smem_bytes(), kMhaMaxSmemPerBlock));
+                              stages, block_n, dynamic_smem_bytes(), kMaxSmemPerBlock));
 }
 
-std::string MhaFwdConfig::to_json() const {
-  nlohmann::ordered_json j;
-  j["dtype"] = std::string(to_string(dtype));
-  j["head_dim"] = head_dim;
-  j["head_dim_v"] = head_dim_v;
-  j["block_m"] = block_m;
-  j["block_n"] = block_n;
-  j["stages"] = stages;
-  j["swizzle"] = std::string(to_string(swizzle));
-  j["mask"] = std::string(to_string(mask));
-  j["score_mod"] = std::string(to_string(score_mod));
-  j["ragged"] = ragged;
-  j["kv_layout"] = std::string(to_string(kv_layout));
-  j["page_size"] = page_size;
-  j["group"] = group;
-  j["sink"] = sink;
-  j["persistent"] = persistent;
-  return j.dump();
-}
+std::string MhaFwdConfig::to_json() const { return table().to_json(*this).dump(); }
 
 MhaFwdConfig MhaFwdConfig::from_json(std::string_view text) {
-  const nlohmann::json j = ops::parse_config_text(text, "mha_fwd");
-  ops::ConfigReader r(j, "mha_fwd");
-  const MhaFwdConfig d;
-  MhaFwdConfig c;
-  c.dtype = r.get_dtype("dtype", d.dtype);
-  c.head_dim = r.get_int("head_dim", d.head_dim);
-  c.head_dim_v = r.get_int("head_dim_v", c.head_dim == 192 ? 128 : c.head_dim);
-  c.block_m = r.get_int("block_m", d.block_m);
-  c.block_n = r.get_int("block_n", d.block_n);
-  c.stages = r.get_int("stages", d.stages);
-  c.swizzle = r.get_swizzle("swizzle", d.swizzle);
-  c.mask = static_cast<MaskKind>(r.get_choice("mask", kMaskNames, static_cast<int>(d.mask)));
-  c.score_mod =
-      static_cast<ScoreMod>(r.get_choice("score_mod", kModNames, static_cast<int>(d.score_mod)));
-  c.ragged = r.get_bool("ragged", d.ragged);
-  c.kv_layout =
-      static_cast<KvLayout>(r.get_choice("kv_layout", kLayoutNames, static_cast<int>(d.kv_layout)));
-  c.page_size = r.get_int("page_size", d.page_size);
-  c.group = r.get_int("group", d.group);
-  c.sink = r.get_bool("sink", d.sink);
-  c.persistent = r.get_bool("persistent", d.persistent);
-  r.finish();
+  MhaFwdConfig c = table().from_json_text(text);
   c.validate();
   return c;
 }
 
-std::string MhaFwdConfig::describe() const {
-  std::string s = fmt::format("{} d{}", to_string(dtype), head_dim);
-  if (head_dim_v != head_dim) s += fmt::format("/{}", head_dim_v);
-  s += fmt::format(" {}x{} s{} {}", block_m, block_n, stages, to_string(mask));
-  if (score_mod != ScoreMod::kNone) s += fmt::format(" {}", to_string(score_mod));
-  if (ragged) s += " ragged";
-  if (kv_layout == KvLayout::kPaged) s += fmt::format(" paged{}", page_size);
-  if (group > 0) s += fmt::format(" g{}", group);
-  if (sink) s += " sink";
-  if (persistent) s += " persistent";
-  return s;
-}
+std::string MhaFwdConfig::describe() const { return table().describe(*this); }
 
 MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, MaskKind mask,
                                     bool ragged, KvLayout kv_layout, int page_size,
@@ -255,75 +264,59 @@ int mha_short_call_block_n(const MhaFwdConfig& base, int64_t s_k) {
   return less_padding(128);
 }
 
+void MhaCombineConfig::validate() const { combine_table().check_rules(*this); }
+void MhaCheckConfig::validate() const { check_table().check_rules(*this); }
+
 jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch) {
-  jit::KernelRecipe r;
-  r.source.op = "mha_fwd";
-  r.source.header = "mha_fwd/sm90_mha_fwd.cuh";
-  r.source.kernel = "attnjit::mha_fwd::kernel";
-  r.source.params_type = "attnjit::mha_fwd::Params";
-  r.source.args = {
-      {"dtype", cxx_enum(c.dtype)},
-      {"head_dim", std::to_string(c.head_dim)},
-      {"head_dim_v", std::to_string(c.head_dim_v)},
-      {"block_m", std::to_string(c.block_m)},
-      {"block_n", std::to_string(c.block_n)},
-      {"stages", std::to_string(c.stages)},
-      {"swizzle", cxx_enum(c.swizzle)},
-      {"mask", cxx_mask(c.mask)},
-      {"score_mod", cxx_mod(c.score_mod)},
-      {"ragged", cxx_bool(c.ragged)},
-      {"paged", cxx_bool(c.kv_layout == KvLayout::kPaged)},
-      {"page_size", std::to_string(c.page_size)},
-      {"group", std::to_string(c.group)},
-      {"sink", cxx_bool(c.sink)},
-      {"persistent", cxx_bool(c.persistent)},
-  };
-  r.source.config_json = c.to_json();
-  r.options.arch = arch;
-  r.dynamic_smem_bytes = c.dynamic_smem_bytes();
-  return r;
-}
-
-std::string MhaCombineConfig::to_json() const {
-  nlohmann::ordered_json j;
-  j["dtype"] = std::string(to_string(dtype));
-  j["head_dim_v"] = head_dim_v;
-  j["ragged"] = ragged;
-  j["sink"] = sink;
-  return j.dump();
-}
-
-MhaCombineConfig MhaCombineConfig::from_json(const nlohmann::json& j) {
-  ConfigReader r(j, "mha_fwd_combine");
-  MhaCombineConfig c;
-  c.dtype = r.get_dtype("dtype", c.dtype);
-  c.head_dim_v = r.get_int("head_dim_v", c.head_dim_v);
-  c.ragged = r.get_bool("ragged", c.ragged);
-  c.sink = r.get_bool("sink", c.sink);
-  r.finish();
-  if (c.dtype != DType::kBF16 && c.dtype != DType::kF16)
-    fail_config("mha_fwd_combine config field 'dtype'",
-                fmt::format("must be bf16 or f16, got {}", to_string(c.dtype)));
-  if (c.head_dim_v != 64 && c.head_dim_v != 128 && c.head_dim_v != 256)
-    fail_config("mha_fwd_combine config field 'head_dim_v'",
-                fmt::format("must be 64, 128 or 256, got {}", c.head_dim_v));
-  return c;
+  require_sm90a(arch, "mha_fwd");
+  return table_recipe(table(), c,
+                      {"mha_fwd", "mha_fwd/sm90_mha_fwd.cuh", "attnjit::mha_fwd::kernel",
+                       "attnjit::mha_fwd::Params"},
+                      arch, c.dynamic_smem_bytes());
 }
 
 jit::KernelRecipe mha_combine_recipe(const MhaCombineConfig& c, Arch arch) {
-  jit::KernelRecipe r;
-  r.source.op = "mha_fwd_combine";
-  r.source.header = "mha_fwd/combine.cuh";
-  r.source.kernel = "attnjit::mha_fwd::combine_kernel";
-  r.source.params_type = "attnjit::mha_fwd::CombineParams";
-  r.source.args = {{"dtype", cxx_enum(c.dtype)},
-                   {"head_dim_v", std::to_string(c.head_dim_v)},
-                   {"ragged", cxx_bool(c.ragged)},
-                   {"sink", cxx_bool(c.sink)}};
-  r.source.config_json = c.to_json();
-  r.options.arch = arch;
-  r.dynamic_smem_bytes = 0;
-  return r;
+  require_sm90a(arch, "mha_fwd_combine");
+  return table_recipe(combine_table(), c,
+                      {"mha_fwd_combine", "mha_fwd/combine.cuh", "attnjit::mha_fwd::combine_kernel",
+                       "attnjit::mha_fwd::CombineParams"},
+                      arch, 0);
+}
+
+jit::KernelRecipe mha_check_recipe(const MhaCheckConfig& c, Arch arch) {
+  return table_recipe(check_table(), c,
+                      {"mha_fwd_check", "mha_fwd/check.cuh", "attnjit::mha_fwd::check_kernel",
+                       "attnjit::mha_fwd::CheckParams"},
+                      arch, 0);
+}
+
+const jit::Kernel& mha_main_kernel(const MhaFwdConfig& c, Arch arch) {
+  return jit::get_kernel(table().key(kMhaFwdOpId, arch, c), [&] {
+    c.validate();
+    return mha_fwd_recipe(c, arch);
+  });
+}
+
+const jit::Kernel& mha_combine_kernel(const MhaCombineConfig& c, Arch arch) {
+  return jit::get_kernel(combine_table().key(kMhaFwdCombineOpId, arch, c), [&] {
+    c.validate();
+    return mha_combine_recipe(c, arch);
+  });
+}
+
+const jit::Kernel& mha_check_kernel(const MhaCheckConfig& c, Arch arch) {
+  return jit::get_kernel(check_table().key(kMhaFwdCheckOpId, arch, c), [&] {
+    c.validate();
+    return mha_check_recipe(c, arch);
+  });
+}
+
+void bind_mha_fwd_config(OpSpec& op) { bind_config<MhaFwdConfig>(op, table(), mha_fwd_recipe); }
+void bind_mha_combine_config(OpSpec& op) {
+  bind_config<MhaCombineConfig>(op, combine_table(), mha_combine_recipe);
+}
+nlohmann::json mha_combine_json(const MhaCombineConfig& c) {
+  return nlohmann::json::parse(combine_table().to_json(c).dump());
 }
 
 }  // namespace ops

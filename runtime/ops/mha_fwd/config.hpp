@@ -9,19 +9,25 @@
 
 namespace attnjit {
 
-inline constexpr unsigned kMhaMaxSmemPerBlock = 232448;  // H100/H200 opt-in per block
-
 namespace ops {
 
-// The combine kernel's compile-time shape.
+struct OpSpec;
+
+// The combine kernel's compile-time shape (mha_fwd/combine.cuh CombineParams).
 struct MhaCombineConfig {
   DType dtype = DType::kBF16;
   int head_dim_v = 128;
   bool ragged = false;
   bool sink = false;
+  void validate() const;
+};
 
-  std::string to_json() const;
-  static MhaCombineConfig from_json(const nlohmann::json& j);  // validates
+// The checked mode's validation kernel (mha_fwd/check.cuh CheckParams).
+struct MhaCheckConfig {
+  bool ragged = false;
+  bool paged = false;
+  int page_size = 0;
+  void validate() const;
 };
 
 // The default key tile of c's head dims, mask, KV layout and launch (persistent or grid).
@@ -45,6 +51,16 @@ int mha_short_call_block_n(const MhaFwdConfig& base, int64_t s_k);
 
 jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch);
 jit::KernelRecipe mha_combine_recipe(const MhaCombineConfig& c, Arch arch);
+
+// The loaded kernel of a config on `arch` (compiled on first use; validated then).
+const jit::Kernel& mha_main_kernel(const MhaFwdConfig& c, Arch arch);
+const jit::Kernel& mha_combine_kernel(const MhaCombineConfig& c, Arch arch);
+const jit::Kernel& mha_check_kernel(const MhaCheckConfig& c, Arch arch);
+
+// The registry entries' fields, canonical form and recipes, from the config tables.
+void bind_mha_fwd_config(OpSpec& op);
+void bind_mha_combine_config(OpSpec& op);
+nlohmann::json mha_combine_json(const MhaCombineConfig& c);
 
 }  // namespace ops
 }  // namespace attnjit

@@ -12,6 +12,7 @@
 #include "attnjit/runtime.hpp"
 #include "attnjit/tma.hpp"
 #include "driver/driver.hpp"
+#include "mha_fwd/layout.cuh"
 #include "ops/launch_support.hpp"
 #include "ops/mha_fwd/config.hpp"
 #include "ops/mha_fwd/mha_fwd_tuning.hpp"
@@ -20,80 +21,15 @@
 namespace attnjit {
 namespace {
 
-constexpr int kCombineThreads = 128;    // 4 rows (one per warp)
 constexpr int kMaxSplits = 256;
 constexpr int kMaxGridYZ = 65535;
+namespace dev = layout::mha_fwd;  // the kernels' layout (kernel_templates/mha_fwd/layout.cuh)
 
-// Device-side argument blocks; layouts must match kernel_templates/mha_fwd/params.cuh Args,
-// combine.cuh CombineArgs and check.cuh CheckArgs.
-struct KernelArgs {
-  const void* q_offsets;
-  const void* k_offsets;
-  const void* block_table;
-  const void* kv_lens;
-  const void* sink;
-  const void* alibi;
-  void* out;
-  float* lse;
-  float* part_out;
-  float* part_lse;
-  int batch, h_q, h_kv, s_q, s_k, total_q, total_k, max_pages, num_splits, m_tiles, q_per_kv,
-      items;
-  float scale_log2, softcap_inv, softcap_log2;
-  int window_left, window_right, chunk;
-};
-struct CombineArgs {
-  const float* part_out;
-  const float* part_lse;
-  const void* q_offsets;
-  const void* sink;
-  void* out;
-  float* lse;
-  int h_q, s_q, total_q, num_splits;
-};
-struct CheckArgs {
-  const void* q_offsets;
-  const void* k_offsets;
-  const void* kv_lens;
-  const void* block_table;
-  unsigned long long* first_bad;
-  int batch, total_q, total_k, max_seqlen_q, max_pages, num_pages;
-};
-
-// Binary kernel-table keys (padding-free).
-struct MainKey {
-  int32_t dtype, head_dim, head_dim_v, block_m, block_n, stages, swizzle, mask, score_mod, ragged,
-      kv_layout, page_size, group, sink, persistent;
-};
-struct CombineKey {
-  int32_t dtype, head_dim_v, ragged, sink;
-};
-struct CheckKey {
-  int32_t ragged, paged, page_size;
-};
-
-const jit::Kernel& main_kernel(const MhaFwdConfig& c, Arch arch) {
-  const MainKey key{static_cast<int32_t>(c.dtype), c.head_dim, c.head_dim_v, c.block_m, c.block_n,
-                    c.stages, static_cast<int32_t>(c.swizzle), static_cast<int32_t>(c.mask),
-                    static_cast<int32_t>(c.score_mod), c.ragged, static_cast<int32_t>(c.kv_layout),
-                    c.page_size, c.group, c.sink, c.persistent};
-  return jit::get_kernel(jit::make_key(ops::kMhaFwdOpId, arch, key), [&] {
-    c.validate();
-    ops::require_sm90a(arch, "mha_fwd");
-    return ops::mha_fwd_recipe(c, arch);
-  });
-}
+const int* i32_ptr(const TensorView& t) { return static_cast<const int*>(t.data); }
+const float* f32_ptr(const TensorView& t) { return static_cast<const float*>(t.data); }
 
 ops::MhaCombineConfig combine_config(const MhaFwdConfig& c) {
   return {c.dtype, c.head_dim_v, c.ragged, c.sink};
-}
-
-const jit::Kernel& combine_kernel(const ops::MhaCombineConfig& c, Arch arch) {
-  const CombineKey key{static_cast<int32_t>(c.dtype), c.head_dim_v, c.ragged, c.sink};
-  return jit::get_kernel(jit::make_key(ops::kMhaFwdCombineOpId, arch, key), [&] {
-    ops::require_sm90a(arch, "mha_fwd_combine");
-    return ops::mha_combine_recipe(c, arch);
-  });
 }
 
 // ---- argument checks ---------------------------------------------------------------
@@ -292,30 +228,18 @@ void device_check(const MhaFwdArgs& a, const MhaFwdConfig& c, const Shapes& s, A
                   CUstream stream) {
   const bool paged = c.kv_layout == KvLayout::kPaged;
   if (!c.ragged && !paged) return;  // nothing lives on the GPU
-  const CheckKey key{c.ragged, paged, c.page_size};
-  const jit::Kernel& k = jit::get_kernel(jit::make_key(ops::kMhaFwdCheckOpId, arch, key), [&] {
-    jit::KernelRecipe r;
-    r.source.op = "mha_fwd_check";
-    r.source.header = "mha_fwd/check.cuh";
-    r.source.kernel = "attnjit::mha_fwd::check_kernel";
-    r.source.params_type = "attnjit::mha_fwd::CheckParams";
-    r.source.args = {{"ragged", c.ragged ? "true" : "false"},
-                     {"paged", paged ? "true" : "false"},
-                     {"page_size", std::to_string(c.page_size)}};
-    r.source.config_json = fmt::format(R"({{"ragged":{},"paged":{},"page_size":{}}})", c.ragged,
-                                       paged, c.page_size);
-    r.options.arch = arch;
-    return r;
-  });
+  const jit::Kernel& k =
+      ops::mha_check_kernel({.ragged = c.ragged, .paged = paged, .page_size = c.page_size}, arch);
   if (s.b == 0) return;
   const unsigned long long found = ops::run_device_check(stream, [&](unsigned long long* word) {
-    CheckArgs ca{a.q_offsets.data, a.k_offsets.data, a.kv_lens.data, a.block_table.data, word,
-                 static_cast<int>(s.b), static_cast<int>(s.total_q), static_cast<int>(s.total_k),
-                 static_cast<int>(s.max_s_q), static_cast<int>(s.max_pages),
-                 static_cast<int>(s.num_pages)};
+    dev::CheckArgs ca{i32_ptr(a.q_offsets), i32_ptr(a.k_offsets), i32_ptr(a.kv_lens),
+                      i32_ptr(a.block_table), word, static_cast<int>(s.b),
+                      static_cast<int>(s.total_q), static_cast<int>(s.total_k),
+                      static_cast<int>(s.max_s_q), static_cast<int>(s.max_pages),
+                      static_cast<int>(s.num_pages)};
     jit::LaunchShape shape;
     shape.grid[0] = static_cast<unsigned>(s.b);
-    shape.block[0] = 128;
+    shape.block[0] = dev::kCheckThreads;
     void* args[] = {&ca};
     k.launch(shape, stream, args);
   });
@@ -324,19 +248,19 @@ void device_check(const MhaFwdArgs& a, const MhaFwdConfig& c, const Shapes& s, A
   const int kind = static_cast<int>((found >> 24) & 0xff);
   const int slot = static_cast<int>(found & 0xffffff);
   auto read_i32 = [](const TensorView& t, int64_t index) { return ops::read_device_i32(t.data, index); };
-  switch (kind) {
-    case 1:
+  switch (static_cast<dev::CheckKind>(kind)) {
+    case dev::CheckKind::kQOffsets:
       fail_arg("q_offsets", fmt::format("ATTNJIT_CHECK: sequence {} spans q_offsets[{}] = {} .. "
                                         "q_offsets[{}] = {}, outside 0..total_q = {}, decreasing, "
                                         "or longer than max_seqlen_q = {}",
                                         b, b, read_i32(a.q_offsets, b), b + 1,
                                         read_i32(a.q_offsets, b + 1), s.total_q, s.max_s_q));
-    case 2:
+    case dev::CheckKind::kKOffsets:
       fail_arg("k_offsets", fmt::format("ATTNJIT_CHECK: sequence {} spans k_offsets[{}] = {} .. "
                                         "k_offsets[{}] = {}, outside 0..total_k = {} or decreasing",
                                         b, b, read_i32(a.k_offsets, b), b + 1,
                                         read_i32(a.k_offsets, b + 1), s.total_k));
-    case 3:
+    case dev::CheckKind::kKvLens:
       fail_arg("kv_lens", fmt::format("ATTNJIT_CHECK: kv_lens[{}] = {} is outside 0..{} "
                                       "(max_pages × page_size)",
                                       b, read_i32(a.kv_lens, b), s.max_pages * c.page_size));
@@ -381,8 +305,8 @@ void mha_fwd_prepare(const MhaFwdConfig& config) {
   config.validate();
   const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
   const Arch arch = ops::device_arch(info);
-  main_kernel(config, arch).prepare_current_device();
-  combine_kernel(combine_config(config), arch).prepare_current_device();
+  ops::mha_main_kernel(config, arch).prepare_current_device();
+  ops::mha_combine_kernel(combine_config(config), arch).prepare_current_device();
 }
 
 void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
@@ -432,8 +356,8 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
     fail_arg("num_splits", fmt::format("b × num_splits = {} × {} exceeds the grid's {}", s.b, splits,
                                        kMaxGridYZ));
   const Arch arch = ops::device_arch(info);
-  const jit::Kernel& main = main_kernel(c, arch);
-  const jit::Kernel* combine = splits > 1 ? &combine_kernel(combine_config(c), arch) : nullptr;
+  const jit::Kernel& main = ops::mha_main_kernel(c, arch);
+  const jit::Kernel* combine = splits > 1 ? &ops::mha_combine_kernel(combine_config(c), arch) : nullptr;
   if (check_mode()) device_check(a, c, s, arch, stream);
 
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
@@ -442,14 +366,13 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
   const size_t part_rows = static_cast<size_t>(splits) * static_cast<size_t>(s.total_q * s.h_q);
   float* part_out = splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
   float* part_lse = splits > 1 ? part_out + part_rows * static_cast<size_t>(c.head_dim_v) : nullptr;
-  constexpr float kLog2e = 1.4426950408889634f;
-  KernelArgs ka{};
-  ka.q_offsets = a.q_offsets.data;
-  ka.k_offsets = a.k_offsets.data;
-  ka.block_table = a.block_table.data;
-  ka.kv_lens = a.kv_lens.data;
-  ka.sink = c.sink ? a.sink.data : nullptr;
-  ka.alibi = c.score_mod == ScoreMod::kAlibi ? a.alibi_slopes.data : nullptr;
+  dev::Args ka{};
+  ka.q_offsets = i32_ptr(a.q_offsets);
+  ka.k_offsets = i32_ptr(a.k_offsets);
+  ka.block_table = i32_ptr(a.block_table);
+  ka.kv_lens = i32_ptr(a.kv_lens);
+  ka.sink = c.sink ? f32_ptr(a.sink) : nullptr;
+  ka.alibi = c.score_mod == ScoreMod::kAlibi ? f32_ptr(a.alibi_slopes) : nullptr;
   ka.out = a.out.data;
   ka.lse = static_cast<float*>(a.lse.data);
   ka.part_out = part_out;
@@ -486,12 +409,12 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
     // items c, c + grid, … (kernel_templates/mha_fwd/schedule.cuh: causal-like masks pair
     // the row blocks of a head).
     shape.grid[0] = static_cast<unsigned>(std::min<int64_t>(ka.items, info.sm_count));
-    shape.block[0] = static_cast<unsigned>((c.block_m / 64 + 1) * 128);  // + the producer
+    shape.block[0] = static_cast<unsigned>((c.block_m / kWgmmaM + 1) * kWarpgroupThreads);  // + producer
   } else {
     shape.grid[0] = static_cast<unsigned>(ka.m_tiles);
     shape.grid[1] = static_cast<unsigned>(heads_on_grid(s, c));
     shape.grid[2] = static_cast<unsigned>(s.b * splits);
-    shape.block[0] = static_cast<unsigned>(c.block_m / 64 * 128);  // a warpgroup per 64 rows
+    shape.block[0] = static_cast<unsigned>(c.block_m / kWgmmaM * kWarpgroupThreads);  // one per 64 rows
   }
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&k_map),
@@ -499,14 +422,14 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
   main.launch(shape, stream, main_args);
   if (combine == nullptr) return;
 
-  CombineArgs ca{part_out, part_lse, a.q_offsets.data, ka.sink, a.out.data,
-                 static_cast<float*>(a.lse.data), static_cast<int>(s.h_q), static_cast<int>(s.s_q),
-                 static_cast<int>(s.total_q), splits};
+  dev::CombineArgs ca{part_out, part_lse, i32_ptr(a.q_offsets), ka.sink, a.out.data,
+                      static_cast<float*>(a.lse.data), static_cast<int>(s.h_q),
+                      static_cast<int>(s.s_q), static_cast<int>(s.total_q), splits};
   jit::LaunchShape cshape;
-  cshape.grid[0] = static_cast<unsigned>((s.max_s_q + 3) / 4);
+  cshape.grid[0] = static_cast<unsigned>((s.max_s_q + dev::kCombineWarps - 1) / dev::kCombineWarps);
   cshape.grid[1] = static_cast<unsigned>(s.h_q);
   cshape.grid[2] = static_cast<unsigned>(s.b);
-  cshape.block[0] = kCombineThreads;
+  cshape.block[0] = dev::kCombineThreads;
   cshape.programmatic_dependent_launch = true;  // its prologue overlaps the main kernel's tail
   void* combine_args[] = {&ca};
   combine->launch(cshape, stream, combine_args);
@@ -521,26 +444,6 @@ OpSpec mha_fwd_op_spec() {
   op.name = "mha_fwd";
   op.id = kMhaFwdOpId;
   op.summary = "FlashAttention forward: masks, GQA, ragged/paged KV, sinks, split-KV";
-  op.fields = {
-      {"dtype", "bf16, f16", "\"bf16\"", "q, k, v and out type"},
-      {"head_dim", "64, 128, 192, 256", "128", "d of q·k"},
-      {"head_dim_v", "= head_dim, or 128 with 192", "128", "d of v and out"},
-      {"block_m", "128, 192", "128", "query rows per CTA (2 or 3 consumer warpgroups × 64)"},
-      {"block_n", "16..256, multiple of 16; dv/2 + 3·block_n/4 ≤ 224 (128 with block_m 192); "
-                  "power of 2 when paged",
-       "128", "keys per KV tile"},
-      {"stages", "2..4, within 227 KiB", "2", "K/V ring depth"},
-      {"swizzle", "128B", "\"128B\"", "Q/K/V smem layout"},
-      {"mask", "none, causal, window, causal_window, chunked", "\"none\"", "mask kind"},
-      {"score_mod", "none, softcap, alibi", "\"none\"", "score modifier"},
-      {"ragged", "true, false", "false", "q (and contiguous k/v) as [total, h, d] + offsets"},
-      {"kv_layout", "contiguous, paged", "\"contiguous\"", "KV storage"},
-      {"page_size", "paged: 16..256 power of 2; else 0", "0", "tokens per KV page"},
-      {"group", "0, 2, 4, 8, 16", "0", "query heads packed per KV head (0: none)"},
-      {"sink", "true, false", "false", "per-head attention sink"},
-      {"persistent", "true, false (true: block_m 128, dv/2 + 3·block_n/4 ≤ 192)", "true (contiguous KV)",
-       "one CTA per SM over a static row-block list, producer warpgroup"},
-  };
   op.archs = {kSm90a};
   op.default_set = [] {
     std::vector<nlohmann::json> set;
@@ -581,13 +484,7 @@ OpSpec mha_fwd_op_spec() {
     }
     return set;
   };
-  op.canonicalize = [](const nlohmann::json& j) {
-    return nlohmann::json::parse(MhaFwdConfig::from_json(j.dump()).to_json());
-  };
-  op.recipe = [](const nlohmann::json& j, Arch arch) {
-    ops::require_sm90a(arch, "mha_fwd");
-    return mha_fwd_recipe(MhaFwdConfig::from_json(j.dump()), arch);
-  };
+  bind_mha_fwd_config(op);
   op.tuning = mha_fwd_tuning_spec();
   return op;
 }
@@ -597,29 +494,17 @@ OpSpec mha_fwd_combine_op_spec() {
   op.name = "mha_fwd_combine";
   op.id = kMhaFwdCombineOpId;
   op.summary = "merges mha_fwd's split-KV partials through their lse (launched by mha_fwd)";
-  op.fields = {
-      {"dtype", "bf16, f16", "\"bf16\"", "output type"},
-      {"head_dim_v", "64, 128, 256", "128", "dv"},
-      {"ragged", "true, false", "false", "q rows from offsets"},
-      {"sink", "true, false", "false", "per-head attention sink"},
-  };
   op.archs = {kSm90a};
   op.default_set = [] {
     std::vector<nlohmann::json> set;
     for (DType dt : {DType::kBF16, DType::kF16})
       for (int dv : {64, 128, 256})
         for (bool ragged : {false, true})
-          set.push_back(nlohmann::json::parse(MhaCombineConfig{dt, dv, ragged, false}.to_json()));
-    set.push_back(nlohmann::json::parse(MhaCombineConfig{DType::kBF16, 128, true, true}.to_json()));
+          set.push_back(mha_combine_json({dt, dv, ragged, false}));
+    set.push_back(mha_combine_json({DType::kBF16, 128, true, true}));
     return set;
   };
-  op.canonicalize = [](const nlohmann::json& j) {
-    return nlohmann::json::parse(MhaCombineConfig::from_json(j).to_json());
-  };
-  op.recipe = [](const nlohmann::json& j, Arch arch) {
-    ops::require_sm90a(arch, "mha_fwd_combine");
-    return mha_combine_recipe(MhaCombineConfig::from_json(j), arch);
-  };
+  bind_mha_combine_config(op);
   return op;
 }
 

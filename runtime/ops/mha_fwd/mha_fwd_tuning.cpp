@@ -311,7 +311,7 @@ TuningSpec mha_fwd_tuning_spec() {
     return std::vector<KernelVariant>{
         {&find_op("mha_fwd"), config},
         {&find_op("mha_fwd_combine"),
-         json::parse(MhaCombineConfig{c.dtype, c.head_dim_v, c.ragged, c.sink}.to_json())}};
+         mha_combine_json({c.dtype, c.head_dim_v, c.ragged, c.sink})}};
   };
   // `attnjit bench mha_fwd`'s 8k rows (b = 4, h = 2048 / dv; d 64, 128, 256 and (192, 128),
   // causal or not) and its decode row (b 64, s_q 1, s_k 32k, GQA 8 packed).

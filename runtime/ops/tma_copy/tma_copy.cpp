@@ -9,9 +9,8 @@
 #include "attnjit/error.hpp"
 #include "attnjit/tma.hpp"
 #include "driver/driver.hpp"
-#include "ops/config_json.hpp"
 #include "ops/registry.hpp"
-#include "ops/template_args.hpp"
+#include "ops/field_table.hpp"
 
 namespace attnjit {
 namespace {
@@ -25,32 +24,39 @@ int box_inner_bytes(const TmaCopyConfig& c) {
 }
 int tile_bytes(const TmaCopyConfig& c) { return c.block_m * c.block_n * dtype_bytes(c.dtype); }
 
-// The binary key: int fields only, so the struct has no padding.
-struct Key {
-  int32_t dtype, block_m, block_n, stages, swizzle;
-};
-Key key_of(const TmaCopyConfig& c) {
-  return {static_cast<int32_t>(c.dtype), c.block_m, c.block_n, c.stages,
-          static_cast<int32_t>(c.swizzle)};
+// The config's fields: the only place one is declared (ops/field_table.hpp).
+template <class T>
+using F = ops::Field<TmaCopyConfig, T>;
+const auto& table() {
+  using ops::FieldKind;
+  static const ops::ConfigTable t{
+      "tma_copy",
+      F<DType>{"dtype", &TmaCopyConfig::dtype, FieldKind::kTemplate,
+               ops::one_of<DType>({DType::kBF16, DType::kF16, DType::kF32, DType::kE4M3,
+                                   DType::kE5M2, DType::kI32, DType::kU8}),
+               "element type (a copy only cares about its size)", "{}", true},
+      F<int>{"block_m", &TmaCopyConfig::block_m, FieldKind::kTemplate, ops::int_range(8, 256, 8),
+             "tile rows (one TMA box's outer extent)", "m{}", true},
+      F<int>{"block_n", &TmaCopyConfig::block_n, FieldKind::kTemplate,
+             ops::int_range(1, 1 << 16, 1,
+                            "a row is 16-byte multiples and whole swizzle spans; <= 256 without "
+                            "swizzle"),
+             "tile columns (elements)", "n{}", true},
+      F<int>{"stages", &TmaCopyConfig::stages, FieldKind::kTemplate,
+             ops::int_range(1, 16, 1, "ring within 227 KiB"), "shared-memory pipeline depth",
+             "s{}", true},
+      F<Swizzle>{"swizzle", &TmaCopyConfig::swizzle, FieldKind::kTemplate,
+                 ops::one_of<Swizzle>({Swizzle::kNone, Swizzle::k32B, Swizzle::k64B, Swizzle::k128B}),
+                 "smem swizzle of each box", "{}", true},
+  };
+  return t;
 }
 
+constexpr ops::KernelEntry kEntry{"tma_copy", "tma_copy/tma_copy.cuh", "attnjit::tma_copy::kernel",
+                                  "attnjit::tma_copy::Params"};
+
 jit::KernelRecipe recipe_of(const TmaCopyConfig& c, Arch arch) {
-  jit::KernelRecipe r;
-  r.source.op = "tma_copy";
-  r.source.header = "tma_copy/tma_copy.cuh";
-  r.source.kernel = "attnjit::tma_copy::kernel";
-  r.source.params_type = "attnjit::tma_copy::Params";
-  r.source.args = {
-      {"dtype", ops::cxx_enum(c.dtype)},
-      {"block_m", std::to_string(c.block_m)},
-      {"block_n", std::to_string(c.block_n)},
-      {"stages", std::to_string(c.stages)},
-      {"swizzle", ops::cxx_enum(c.swizzle)},
-  };
-  r.source.config_json = c.to_json();
-  r.options.arch = arch;
-  r.dynamic_smem_bytes = c.dynamic_smem_bytes();
-  return r;
+  return ops::table_recipe(table(), c, kEntry, arch, c.dynamic_smem_bytes());
 }
 
 Arch arch_of(const driver::DeviceInfo& info) {
@@ -63,7 +69,7 @@ void check_arch(Arch arch) {
 }
 
 const jit::Kernel& kernel_for(const TmaCopyConfig& c, Arch arch) {
-  return jit::get_kernel(jit::make_key(ops::kTmaCopyOpId, arch, key_of(c)), [&] {
+  return jit::get_kernel(table().key(ops::kTmaCopyOpId, arch, c), [&] {
     c.validate();
     check_arch(arch);
     return recipe_of(c, arch);
@@ -76,11 +82,8 @@ void TmaCopyConfig::validate() const {
   auto bad = [](const char* field, const std::string& rule) {
     fail_config(fmt::format("tma_copy config field '{}'", field), rule);
   };
+  table().check_rules(*this);
   const int eb = dtype_bytes(dtype);
-  if (eb == 0) bad("dtype", "unknown dtype");
-  if (block_m < 8 || block_m > 256 || block_m % 8 != 0)
-    bad("block_m", fmt::format("must be a multiple of 8 in 8..256 (TMA box limit), got {}", block_m));
-  if (block_n <= 0) bad("block_n", fmt::format("must be positive, got {}", block_n));
   const int row = block_n * eb;
   if (row % 16 != 0)
     bad("block_n", fmt::format("a tile row must be a multiple of 16 bytes: {} x {} B = {} B",
@@ -91,7 +94,6 @@ void TmaCopyConfig::validate() const {
   if (swizzle != Swizzle::kNone && row % swizzle_bytes(swizzle) != 0)
     bad("block_n", fmt::format("a {} tile row must be whole {}-byte spans: {} B", to_string(swizzle),
                                swizzle_bytes(swizzle), row));
-  if (stages < 1 || stages > 16) bad("stages", fmt::format("must be 1..16, got {}", stages));
   if (static_cast<int>(dynamic_smem_bytes()) > kMaxSmemPerBlock)
     bad("stages", fmt::format("{} stages x {} B tiles need {} B of shared memory, over the {} B "
                               "a block may use",
@@ -107,35 +109,15 @@ unsigned TmaCopyConfig::dynamic_smem_bytes() const {
   return static_cast<unsigned>(storage + 1024);
 }
 
-std::string TmaCopyConfig::to_json() const {
-  nlohmann::ordered_json j;
-  j["dtype"] = std::string(to_string(dtype));
-  j["block_m"] = block_m;
-  j["block_n"] = block_n;
-  j["stages"] = stages;
-  j["swizzle"] = std::string(to_string(swizzle));
-  return j.dump();
-}
+std::string TmaCopyConfig::to_json() const { return table().to_json(*this).dump(); }
 
 TmaCopyConfig TmaCopyConfig::from_json(std::string_view text) {
-  const nlohmann::json j = ops::parse_config_text(text, "tma_copy");
-  ops::ConfigReader r(j, "tma_copy");
-  TmaCopyConfig d;
-  TmaCopyConfig c;
-  c.dtype = r.get_dtype("dtype", d.dtype);
-  c.block_m = r.get_int("block_m", d.block_m);
-  c.block_n = r.get_int("block_n", d.block_n);
-  c.stages = r.get_int("stages", d.stages);
-  c.swizzle = r.get_swizzle("swizzle", d.swizzle);
-  r.finish();
+  TmaCopyConfig c = table().from_json_text(text);
   c.validate();
   return c;
 }
 
-std::string TmaCopyConfig::describe() const {
-  return fmt::format("{} {}x{} s{} {}", to_string(dtype), block_m, block_n, stages,
-                     to_string(swizzle));
-}
+std::string TmaCopyConfig::describe() const { return table().describe(*this); }
 
 TmaCopyConfig tma_copy_default_config(DType dtype) {
   // 128 rows × 256 bytes per tile, unswizzled (one box per tile: a copy has no consumer
@@ -213,14 +195,6 @@ OpSpec tma_copy_op_spec() {
   op.name = "tma_copy";
   op.id = kTmaCopyOpId;
   op.summary = "2-D copy through shared memory with TMA loads/stores (bandwidth probe)";
-  op.fields = {
-      {"dtype", "bf16, f16, f32, e4m3, e5m2, i32, u8", "\"bf16\"", "element type"},
-      {"block_m", "8..256, multiple of 8", "128", "tile rows (one TMA box's outer extent)"},
-      {"block_n", "row = whole swizzle spans; <= 256 without swizzle", "256 B / element",
-       "tile columns (elements)"},
-      {"stages", "1..16, ring within 227 KiB", "4", "shared-memory pipeline depth"},
-      {"swizzle", "none, 32B, 64B, 128B", "\"none\"", "smem swizzle of each box"},
-  };
   op.archs = {kSm90a, kSm100a};
   op.tuning = tma_copy_tuning_spec();
   op.default_set = [] {
@@ -234,13 +208,10 @@ OpSpec tma_copy_op_spec() {
     }
     return set;
   };
-  op.canonicalize = [](const nlohmann::json& j) {
-    return nlohmann::json::parse(TmaCopyConfig::from_json(j.dump()).to_json());
-  };
-  op.recipe = [](const nlohmann::json& j, Arch arch) {
+  ops::bind_config<TmaCopyConfig>(op, table(), [](const TmaCopyConfig& c, Arch arch) {
     check_arch(arch);
-    return recipe_of(TmaCopyConfig::from_json(j.dump()), arch);
-  };
+    return recipe_of(c, arch);
+  });
   return op;
 }
 

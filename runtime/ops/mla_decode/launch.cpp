@@ -1,5 +1,5 @@
-// Host side of mla_decode: config (validation, JSON, registry), argument checks, the
-// split heuristic, tensor maps and the two launches (main kernel, then the combine kernel
+// Host side of mla_decode: argument checks, the split heuristic, tensor maps and the two
+// launches (main kernel, then the combine kernel
 // through programmatic dependent launch when the KV range is split).
 #include "attnjit/ops/mla_decode.hpp"
 
@@ -14,163 +14,19 @@
 #include "attnjit/runtime.hpp"
 #include "attnjit/tma.hpp"
 #include "driver/driver.hpp"
-#include "ops/config_json.hpp"
+#include "mla_decode/layout.cuh"
 #include "ops/mla_decode/mla_decode_tuning.hpp"
 #include "ops/launch_support.hpp"
+#include "ops/mla_decode/config.hpp"
 #include "ops/registry.hpp"
-#include "ops/template_args.hpp"
 
 namespace attnjit {
 namespace {
 
-constexpr std::array<std::string_view, 2> kScheduleNames = {"seesaw", "softmax_wg"};
-
-constexpr int kCombineThreads = 128;  // 4 output columns per thread
 constexpr int kMaxSplits = 256;
-constexpr int kMaxSmemPerBlock = 232448;
+namespace dev = layout::mla_decode;  // the kernels' layout (kernel_templates/mla_decode/layout.cuh)
 
-// 384 threads (softmax + two P·V warpgroups) or 256 (the two seesaw warpgroups).
-int threads_of(const MlaDecodeConfig& c) { return c.schedule == MlaSchedule::kSeesaw ? 256 : 384; }
-
-// Mirrors SharedStorage<P> of the schedule's kernel (kernel_templates/mla_decode/
-// sm90_mla_decode{,_seesaw}.cuh; the kernel traps if launched with less): Q + stages × K
-// tile + P, row stats, barriers, realignment.
-unsigned smem_bytes(const MlaDecodeConfig& c) {
-  const int q_tile = c.block_m * kMlaHeadDim * dtype_bytes(c.dtype);   // 72 KiB
-  const int kv_tile = c.block_n * kMlaHeadDim * dtype_bytes(c.dtype);  // 72 KiB at 64 keys
-  const int p_tile = c.block_m * c.block_n * dtype_bytes(c.dtype);     // 8 KiB at 64 keys
-  const bool seesaw = c.schedule == MlaSchedule::kSeesaw;
-  // seesaw: row_max, scale_even, scale_odd, 2 × row_sum; q_full + one per chunk of each
-  // buffer.
-  const int stats = (seesaw ? 5 : 3) * c.block_m * 4;
-  const int chunks = kMlaHeadDim * dtype_bytes(c.dtype) / 128;
-  const int barriers = (seesaw ? 1 + chunks * c.stages : 1 + c.stages) * 8;
-  const int body = q_tile + kv_tile * c.stages + p_tile + stats + barriers;
-  return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
-}
-
-struct MainKey {
-  int32_t dtype, num_heads, max_q_len, page_size, block_m, block_n, stages, swizzle, schedule;
-};
-struct CombineKey {
-  int32_t dtype, num_heads;
-};
-
-// Device-side argument blocks; layouts must match attnjit::mla_decode::{QRows, Args,
-// CombineArgs}.
-struct QRows {
-  const void* offsets;  // null: padded
-  int q_len;            // padded q_len, or the ragged bound
-  int total_q;
-};
-struct KernelArgs {
-  const void* block_table;
-  const void* cache_lens;
-  void* out;
-  float* lse;
-  float* part_out;
-  float* part_lse;
-  QRows q;
-  int max_pages;
-  int num_splits;
-  float scale_log2;
-};
-struct CombineArgs {
-  const float* part_out;
-  const float* part_lse;
-  void* out;
-  float* lse;
-  QRows q;
-  int num_splits;
-};
-
-
-jit::KernelRecipe main_recipe(const MlaDecodeConfig& c, Arch arch) {
-  jit::KernelRecipe r;
-  const bool seesaw = c.schedule == MlaSchedule::kSeesaw;
-  r.source.op = "mla_decode";
-  r.source.header = seesaw ? "mla_decode/sm90_mla_decode_seesaw.cuh" : "mla_decode/sm90_mla_decode.cuh";
-  r.source.kernel = seesaw ? "attnjit::mla_decode::seesaw::kernel" : "attnjit::mla_decode::kernel";
-  r.source.params_type = "attnjit::mla_decode::Params";
-  r.source.args = {
-      {"dtype", ops::cxx_enum(c.dtype)},
-      {"num_heads", std::to_string(c.num_heads)},
-      {"max_q_len", std::to_string(c.max_q_len)},
-      {"page_size", std::to_string(c.page_size)},
-      {"block_m", std::to_string(c.block_m)},
-      {"block_n", std::to_string(c.block_n)},
-      {"stages", std::to_string(c.stages)},
-      {"swizzle", ops::cxx_enum(c.swizzle)},
-  };
-  r.source.config_json = c.to_json();
-  r.options.arch = arch;
-  r.dynamic_smem_bytes = smem_bytes(c);
-  return r;
-}
-
-jit::KernelRecipe combine_recipe(DType dtype, int num_heads, Arch arch) {
-  jit::KernelRecipe r;
-  r.source.op = "mla_decode_combine";
-  r.source.header = "mla_decode/combine.cuh";
-  r.source.kernel = "attnjit::mla_decode::combine_kernel";
-  r.source.params_type = "attnjit::mla_decode::CombineParams";
-  r.source.args = {{"dtype", ops::cxx_enum(dtype)}, {"num_heads", std::to_string(num_heads)}};
-  nlohmann::ordered_json j;
-  j["dtype"] = std::string(to_string(dtype));
-  j["num_heads"] = num_heads;
-  r.source.config_json = j.dump();
-  r.options.arch = arch;
-  r.dynamic_smem_bytes = 0;
-  return r;
-}
-
-struct CheckKey {
-  int32_t page_size;
-};
-struct CheckArgs {
-  const void* block_table;
-  const void* cache_lens;
-  const void* q_offsets;
-  unsigned long long* first_bad;
-  int max_pages;
-  int num_pages;
-  int total_q;
-  int max_q_len;
-};
-// What a report's low 32 bits name; mirrors mla_decode/check.cuh.
-constexpr unsigned kBadQOffsets = 0, kBadLength = 1, kBadSlot0 = 2;
-
-jit::KernelRecipe check_recipe(int page_size, Arch arch) {
-  jit::KernelRecipe r;
-  r.source.op = "mla_decode_check";
-  r.source.header = "mla_decode/check.cuh";
-  r.source.kernel = "attnjit::mla_decode::check_kernel";
-  r.source.params_type = "attnjit::mla_decode::CheckParams";
-  r.source.args = {{"page_size", std::to_string(page_size)}};
-  r.source.config_json = fmt::format("{{\"page_size\":{}}}", page_size);
-  r.options.arch = arch;
-  return r;
-}
-
-
-const jit::Kernel& main_kernel(const MlaDecodeConfig& c, Arch arch) {
-  const MainKey key{static_cast<int32_t>(c.dtype), c.num_heads, c.max_q_len, c.page_size,
-                    c.block_m, c.block_n, c.stages, static_cast<int32_t>(c.swizzle),
-                    static_cast<int32_t>(c.schedule)};
-  return jit::get_kernel(jit::make_key(ops::kMlaDecodeOpId, arch, key), [&] {
-    c.validate();
-    ops::require_sm90a(arch, "mla_decode");
-    return main_recipe(c, arch);
-  });
-}
-
-const jit::Kernel& combine_kernel(DType dtype, int num_heads, Arch arch) {
-  const CombineKey key{static_cast<int32_t>(dtype), num_heads};
-  return jit::get_kernel(jit::make_key(ops::kMlaDecodeCombineOpId, arch, key), [&] {
-    ops::require_sm90a(arch, "mla_decode_combine");
-    return combine_recipe(dtype, num_heads, arch);
-  });
-}
+const int* i32_ptr(const TensorView& t) { return static_cast<const int*>(t.data); }
 
 // Host-visible sizes of a call (check_args). Ragged: q_len is the max_q_len bound.
 struct Shapes {
@@ -182,28 +38,26 @@ struct Shapes {
 // Reading back is allowed here only: this is a debugging mode, never the hot path.
 void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, const Shapes& s, Arch arch,
                   CUstream stream) {
-  const jit::Kernel& k = jit::get_kernel(
-      jit::make_key(ops::kMlaDecodeCheckOpId, arch, CheckKey{c.page_size}),
-      [&] { return check_recipe(c.page_size, arch); });
+  const jit::Kernel& k = ops::mla_check_kernel({.page_size = c.page_size}, arch);
   const unsigned long long found = ops::run_device_check(stream, [&](unsigned long long* word) {
-    CheckArgs ca{a.block_table.data,
-                 a.cache_lens.data,
-                 s.ragged ? a.q_offsets.data : nullptr,
-                 word,
-                 static_cast<int>(s.max_pages),
-                 static_cast<int>(s.num_pages),
-                 static_cast<int>(s.total_q),
-                 static_cast<int>(s.q_len)};
+    dev::CheckArgs ca{i32_ptr(a.block_table),
+                      i32_ptr(a.cache_lens),
+                      s.ragged ? i32_ptr(a.q_offsets) : nullptr,
+                      word,
+                      static_cast<int>(s.max_pages),
+                      static_cast<int>(s.num_pages),
+                      static_cast<int>(s.total_q),
+                      static_cast<int>(s.q_len)};
     jit::LaunchShape shape;
     shape.grid[0] = static_cast<unsigned>(s.b);
-    shape.block[0] = 128;
+    shape.block[0] = dev::kCheckThreads;
     void* args[] = {&ca};
     k.launch(shape, stream, args);
   });
   if (found == ~0ull) return;
   const int batch = static_cast<int>(found >> 32);
   const unsigned what = static_cast<unsigned>(found & 0xffffffffu);
-  if (what == kBadQOffsets) {
+  if (what == dev::kBadQOffsets) {
     const int start = ops::read_device_i32(a.q_offsets.data, batch);
     const int end = ops::read_device_i32(a.q_offsets.data, batch + 1);
     fail_arg("q_offsets", fmt::format("ATTNJIT_CHECK: q_offsets[{}..{}] = {}, {} must satisfy "
@@ -212,11 +66,11 @@ void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, const Shapes
                                       batch, batch + 1, start, end, s.total_q, s.q_len));
   }
   const int len = ops::read_device_i32(a.cache_lens.data, batch);
-  if (what == kBadLength)
+  if (what == dev::kBadLength)
     fail_arg("cache_lens", fmt::format("ATTNJIT_CHECK: cache_lens[{}] = {} is outside 0..{} "
                                        "(max_pages × page_size)",
                                        batch, len, s.max_pages * c.page_size));
-  const int slot = static_cast<int>(what - kBadSlot0);
+  const int slot = static_cast<int>(what - dev::kBadSlot0);
   const int page = ops::read_device_i32(a.block_table.data, batch * s.max_pages + slot);
   fail_arg("block_table", fmt::format("ATTNJIT_CHECK: block_table[{}][{}] = {} is not a page "
                                       "(0..{}), and cache_lens[{}] = {} makes it visible",
@@ -399,85 +253,6 @@ void check_workspace(const MlaDecodeArgs& a, const Shapes& s, int splits) {
 
 }  // namespace
 
-void MlaDecodeConfig::validate() const {
-  auto bad = [](const char* field, const std::string& rule) {
-    fail_config(fmt::format("mla_decode config field '{}'", field), rule);
-  };
-  if (dtype != DType::kBF16 && dtype != DType::kF16)
-    bad("dtype", fmt::format("must be bf16 or f16, got {}", to_string(dtype)));
-  if (num_heads < 16 || num_heads > 128 || num_heads % 16 != 0)
-    bad("num_heads", fmt::format("must be a multiple of 16 in 16..128, got {}", num_heads));
-  if (max_q_len < 1 || max_q_len > 8)
-    bad("max_q_len", fmt::format("must be 1..8, got {}", max_q_len));
-  if (page_size < 16 || page_size > 256 || (page_size & (page_size - 1)) != 0)
-    bad("page_size", fmt::format("must be a power of two in 16..256, got {}", page_size));
-  if (block_m != 64) bad("block_m", fmt::format("must be 64 (one wgmma M), got {}", block_m));
-  if (block_n != 32 && block_n != 64)
-    bad("block_n", fmt::format("must be 32 or 64 keys per tile, got {}", block_n));
-  if (stages < 2 || stages > 4) bad("stages", fmt::format("must be 2..4, got {}", stages));
-  if (swizzle != Swizzle::k128B)
-    bad("swizzle", fmt::format("must be 128B (the Q/K/V tile layout), got {}", to_string(swizzle)));
-  if (schedule == MlaSchedule::kSeesaw && (block_n != 64 || stages != 2))
-    bad("schedule", fmt::format("seesaw runs 64-key tiles in 2 buffers (block_n 64, stages 2), "
-                                "got block_n {} and stages {}; softmax_wg takes other tiles",
-                                block_n, stages));
-  if (static_cast<int>(smem_bytes(*this)) > kMaxSmemPerBlock)
-    bad("stages", fmt::format("needs {} B of shared memory, over {}", smem_bytes(*this),
-                              kMaxSmemPerBlock));
-}
-
-std::string MlaDecodeConfig::to_json() const {
-  nlohmann::ordered_json j;
-  j["dtype"] = std::string(to_string(dtype));
-  j["num_heads"] = num_heads;
-  j["max_q_len"] = max_q_len;
-  j["page_size"] = page_size;
-  j["block_m"] = block_m;
-  j["block_n"] = block_n;
-  j["stages"] = stages;
-  j["swizzle"] = std::string(to_string(swizzle));
-  j["schedule"] = std::string(to_string(schedule));
-  return j.dump();
-}
-
-MlaDecodeConfig MlaDecodeConfig::from_json(std::string_view text) {
-  const nlohmann::json j = ops::parse_config_text(text, "mla_decode");
-  ops::ConfigReader r(j, "mla_decode");
-  const MlaDecodeConfig d;
-  MlaDecodeConfig c;
-  c.dtype = r.get_dtype("dtype", d.dtype);
-  c.num_heads = r.get_int("num_heads", d.num_heads);
-  c.max_q_len = r.get_int("max_q_len", d.max_q_len);
-  c.page_size = r.get_int("page_size", d.page_size);
-  c.block_m = r.get_int("block_m", d.block_m);
-  c.block_n = r.get_int("block_n", d.block_n);
-  c.stages = r.get_int("stages", d.stages);
-  c.swizzle = r.get_swizzle("swizzle", d.swizzle);
-  c.schedule = static_cast<MlaSchedule>(r.get_choice("schedule", kScheduleNames,
-                                                     static_cast<int>(d.schedule)));
-  r.finish();
-  c.validate();
-  return c;
-}
-
-std::string MlaDecodeConfig::describe() const {
-  return fmt::format("{} h{} q<={} page{} {}x{} s{} {} {}", to_string(dtype), num_heads,
-                     max_q_len, page_size, block_m, block_n, stages, to_string(swizzle),
-                     to_string(schedule));
-}
-
-std::string_view to_string(MlaSchedule s) { return kScheduleNames[static_cast<size_t>(s)]; }
-
-MlaDecodeConfig mla_decode_default_config(DType dtype, int num_heads, int q_len, int page_size) {
-  MlaDecodeConfig c;
-  c.dtype = dtype;
-  c.num_heads = num_heads;
-  // Two compiled q_len bounds cover 1..8: plain decode, and MTP up to 8 (causal).
-  c.max_q_len = q_len <= 1 ? 1 : (q_len <= 2 ? 2 : 8);
-  c.page_size = page_size;
-  return c;
-}
-
 size_t mla_decode_workspace_bytes(int batch, int q_len, int num_heads, int num_splits) {
   if (num_splits <= 1) return 0;
   const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(num_splits) *
@@ -530,8 +305,8 @@ void mla_decode_prepare(const MlaDecodeConfig& config) {
   config.validate();
   const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
   const Arch arch = ops::device_arch(info);
-  main_kernel(config, arch).prepare_current_device();
-  combine_kernel(config.dtype, config.num_heads, arch).prepare_current_device();
+  ops::mla_main_kernel(config, arch).prepare_current_device();
+  ops::mla_combine_kernel({config.dtype, config.num_heads}, arch).prepare_current_device();
 }
 
 void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* config) {
@@ -572,8 +347,9 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   const int splits = a.num_splits > 0 ? a.num_splits : default_splits(s, c.dtype, a.max_len_hint, info.sm_count);
   if (a.num_splits == 0) check_workspace(a, s, splits);
   const Arch arch = ops::device_arch(info);
-  const jit::Kernel& main = main_kernel(c, arch);
-  const jit::Kernel* combine = splits > 1 ? &combine_kernel(c.dtype, c.num_heads, arch) : nullptr;
+  const jit::Kernel& main = ops::mla_main_kernel(c, arch);
+  const jit::Kernel* combine =
+      splits > 1 ? &ops::mla_combine_kernel({c.dtype, c.num_heads}, arch) : nullptr;
 
   if (check_mode()) device_check(a, c, s, arch, stream);
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
@@ -581,120 +357,37 @@ void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* 
   const size_t part_rows = static_cast<size_t>(s.b * splits * s.q_len * s.h);
   float* part_out = splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
   float* part_lse = splits > 1 ? part_out + part_rows * kMlaValueDim : nullptr;
-  const QRows q_rows{s.ragged ? a.q_offsets.data : nullptr, static_cast<int>(s.q_len),
-                     static_cast<int>(s.total_q)};
-  KernelArgs ka{a.block_table.data,
-                a.cache_lens.data,
-                a.out.data,
-                static_cast<float*>(a.lse.data),
-                part_out,
-                part_lse,
-                q_rows,
-                static_cast<int>(s.max_pages),
-                splits,
-                a.softmax_scale * 1.4426950408889634f};
+  const dev::QRows q_rows{s.ragged ? i32_ptr(a.q_offsets) : nullptr, static_cast<int>(s.q_len),
+                          static_cast<int>(s.total_q)};
+  dev::Args ka{i32_ptr(a.block_table),
+               i32_ptr(a.cache_lens),
+               a.out.data,
+               static_cast<float*>(a.lse.data),
+               part_out,
+               part_lse,
+               q_rows,
+               static_cast<int>(s.max_pages),
+               splits,
+               a.softmax_scale * kLog2e};
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
   shape.grid[1] = static_cast<unsigned>(splits);
   shape.grid[2] = static_cast<unsigned>(s.b);
-  shape.block[0] = static_cast<unsigned>(threads_of(c));
+  shape.block[0] = static_cast<unsigned>(ops::mla_threads(c));
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&kv_map), &ka};
   main.launch(shape, stream, main_args);
   if (combine == nullptr) return;
 
-  CombineArgs ca{part_out, part_lse, a.out.data, static_cast<float*>(a.lse.data), q_rows,
-                 splits};
+  dev::CombineArgs ca{part_out, part_lse, a.out.data, static_cast<float*>(a.lse.data), q_rows,
+                      splits};
   jit::LaunchShape cshape;
   cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
   cshape.grid[1] = static_cast<unsigned>(s.b);
-  cshape.block[0] = kCombineThreads;
+  cshape.block[0] = dev::kCombineThreads;
   cshape.programmatic_dependent_launch = true;  // its prologue overlaps the main kernel's tail
   void* combine_args[] = {&ca};
   combine->launch(cshape, stream, combine_args);
 }
 
-namespace ops {
-
-OpSpec mla_decode_op_spec() {
-  OpSpec op;
-  op.name = "mla_decode";
-  op.id = kMlaDecodeOpId;
-  op.summary = "DeepSeek MLA decode over a paged latent cache (576/512), split-KV, MTP causal";
-  op.fields = {
-      {"dtype", "bf16, f16", "\"bf16\"", "q, cache and out type"},
-      {"num_heads", "16..128, multiple of 16", "128", "query heads h"},
-      {"max_q_len", "1..8", "1", "q_len bound; > 1 compiles the causal (MTP) mask"},
-      {"page_size", "16, 32, 64, 128, 256", "64", "tokens per cache page"},
-      {"block_m", "64", "64", "query rows (q_len × h packed) per CTA"},
-      {"block_n", "32, 64", "64", "keys per KV tile"},
-      {"stages", "2..4, Q + stages × tile within 227 KiB (64 keys: 2; 32 keys: 4)", "2",
-       "KV tile ring depth"},
-      {"swizzle", "128B", "\"128B\"", "Q/K/V smem layout"},
-      {"schedule", "seesaw (block_n 64, stages 2), softmax_wg", "\"seesaw\"",
-       "warpgroup roles: two taking turns, or softmax + two P·V"},
-  };
-  op.archs = {kSm90a};
-  op.tuning = mla_decode_tuning_spec();
-  op.default_set = [] {
-    std::vector<nlohmann::json> set;
-    for (DType d : {DType::kBF16, DType::kF16})
-      for (int h : {16, 32, 64, 128})
-        for (int q : {1, 2, 8}) {
-          MlaDecodeConfig c = mla_decode_default_config(d, h, q, 64);
-          set.push_back(nlohmann::json::parse(c.to_json()));
-        }
-    return set;
-  };
-  op.canonicalize = [](const nlohmann::json& j) {
-    return nlohmann::json::parse(MlaDecodeConfig::from_json(j.dump()).to_json());
-  };
-  op.recipe = [](const nlohmann::json& j, Arch arch) {
-    ops::require_sm90a(arch, "mla_decode");
-    return main_recipe(MlaDecodeConfig::from_json(j.dump()), arch);
-  };
-  return op;
-}
-
-OpSpec mla_decode_combine_op_spec() {
-  OpSpec op;
-  op.name = "mla_decode_combine";
-  op.id = kMlaDecodeCombineOpId;
-  op.summary = "merges mla_decode's split-KV partials through their lse (launched by mla_decode)";
-  op.fields = {
-      {"dtype", "bf16, f16", "\"bf16\"", "output type"},
-      {"num_heads", "16..128, multiple of 16", "128", "query heads h"},
-  };
-  op.archs = {kSm90a};
-  auto parse = [](const nlohmann::json& j) {
-    ConfigReader r(j, "mla_decode_combine");
-    const DType d = r.get_dtype("dtype", DType::kBF16);
-    const int h = r.get_int("num_heads", 128);
-    r.finish();
-    MlaDecodeConfig c;  // reuse the field rules
-    c.dtype = d;
-    c.num_heads = h;
-    c.validate();
-    return std::pair{d, h};
-  };
-  op.default_set = [] {
-    std::vector<nlohmann::json> set;
-    for (DType d : {DType::kBF16, DType::kF16})
-      for (int h : {16, 32, 64, 128})
-        set.push_back({{"dtype", std::string(to_string(d))}, {"num_heads", h}});
-    return set;
-  };
-  op.canonicalize = [parse](const nlohmann::json& j) {
-    auto [d, h] = parse(j);
-    return nlohmann::json{{"dtype", std::string(to_string(d))}, {"num_heads", h}};
-  };
-  op.recipe = [parse](const nlohmann::json& j, Arch arch) {
-    ops::require_sm90a(arch, "mla_decode_combine");
-    auto [d, h] = parse(j);
-    return combine_recipe(d, h, arch);
-  };
-  return op;
-}
-
-}  // namespace ops
 }  // namespace attnjit

@@ -1,0 +1,223 @@
+// mla_decode configs as data: the field tables of the main, combine and check kernels,
+// validation (errors name the field), the built-in heuristic, the kernels' recipes and the
+// registry entries.
+#include "ops/mla_decode/config.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "attnjit/error.hpp"
+#include "mla_decode/layout.cuh"
+#include "ops/field_table.hpp"
+#include "ops/launch_support.hpp"
+#include "ops/registry.hpp"
+
+namespace attnjit {
+namespace ops {
+
+template <>
+struct EnumSpelling<MlaSchedule> {
+  static constexpr std::array<Spelled<MlaSchedule>, 2> kAll{{
+      {MlaSchedule::kSeesaw, "seesaw", "attnjit::mla_decode::Schedule::kSeesaw"},
+      {MlaSchedule::kSoftmaxWarpgroup, "softmax_wg", "attnjit::mla_decode::Schedule::kSoftmaxWarpgroup"},
+  }};
+};
+
+}  // namespace ops
+
+namespace {
+
+using ops::FieldKind;
+const auto kHalf = ops::one_of<DType>({DType::kBF16, DType::kF16});
+const auto kHeads = ops::int_range(16, 128, 16);
+
+template <class T>
+using F = ops::Field<MlaDecodeConfig, T>;
+const auto& table() {
+  static const ops::ConfigTable t{
+      "mla_decode",
+      F<DType>{"dtype", &MlaDecodeConfig::dtype, FieldKind::kTemplate, kHalf, "q, cache and out type",
+               "{}", true},
+      F<int>{"num_heads", &MlaDecodeConfig::num_heads, FieldKind::kTemplate, kHeads, "query heads h",
+             "h{}", true},
+      F<int>{"max_q_len", &MlaDecodeConfig::max_q_len, FieldKind::kTemplate, ops::int_range(1, 8),
+             "q_len bound; > 1 compiles the causal (MTP) mask", "q<={}", true},
+      F<int>{"page_size", &MlaDecodeConfig::page_size, FieldKind::kTemplate, ops::pow2_range(16, 256),
+             "tokens per cache page", "page{}", true},
+      F<int>{"block_m", &MlaDecodeConfig::block_m, FieldKind::kTemplate, ops::one_of<int>({64}),
+             "query rows (q_len × h packed) per CTA: one wgmma M", "m{}", true},
+      F<int>{"block_n", &MlaDecodeConfig::block_n, FieldKind::kTemplate, ops::one_of<int>({32, 64}),
+             "keys per KV tile", "n{}", true},
+      F<int>{"stages", &MlaDecodeConfig::stages, FieldKind::kTemplate,
+             ops::int_range(2, 4, 1, "Q + stages × tile within 227 KiB (64 keys: 2; 32 keys: 4)"),
+             "KV tile ring depth", "s{}", true},
+      F<Swizzle>{"swizzle", &MlaDecodeConfig::swizzle, FieldKind::kTemplate,
+                 ops::one_of<Swizzle>({Swizzle::k128B}), "Q/K/V smem layout", "{}", true},
+      F<MlaSchedule>{"schedule", &MlaDecodeConfig::schedule, FieldKind::kTemplate,
+                     ops::one_of<MlaSchedule>({MlaSchedule::kSeesaw, MlaSchedule::kSoftmaxWarpgroup},
+                                              "seesaw needs block_n 64 and stages 2"),
+                     "warpgroup roles: two taking turns, or softmax + two P·V", "{}", true},
+  };
+  return t;
+}
+
+template <class T>
+using FC = ops::Field<ops::MlaCombineConfig, T>;
+const auto& combine_table() {
+  static const ops::ConfigTable t{
+      "mla_decode_combine",
+      FC<DType>{"dtype", &ops::MlaCombineConfig::dtype, FieldKind::kTemplate, kHalf, "output type", "{}", true},
+      FC<int>{"num_heads", &ops::MlaCombineConfig::num_heads, FieldKind::kTemplate, kHeads,
+              "query heads h", "h{}", true},
+  };
+  return t;
+}
+
+template <class T>
+using FK = ops::Field<ops::MlaCheckConfig, T>;
+const auto& check_table() {
+  static const ops::ConfigTable t{
+      "mla_decode_check",
+      FK<int>{"page_size", &ops::MlaCheckConfig::page_size, FieldKind::kTemplate,
+              ops::pow2_range(16, 256), "tokens per cache page", "page{}", true},
+  };
+  return t;
+}
+
+jit::KernelRecipe main_recipe(const MlaDecodeConfig& c, Arch arch) {
+  ops::require_sm90a(arch, "mla_decode");
+  const bool seesaw = c.schedule == MlaSchedule::kSeesaw;
+  const ops::KernelEntry entry{
+      "mla_decode",
+      seesaw ? "mla_decode/sm90_mla_decode_seesaw.cuh" : "mla_decode/sm90_mla_decode.cuh",
+      seesaw ? "attnjit::mla_decode::seesaw::kernel" : "attnjit::mla_decode::kernel",
+      "attnjit::mla_decode::Params"};
+  return ops::table_recipe(table(), c, entry, arch, ops::mla_smem_bytes(c));
+}
+
+jit::KernelRecipe combine_recipe(const ops::MlaCombineConfig& c, Arch arch) {
+  ops::require_sm90a(arch, "mla_decode_combine");
+  return ops::table_recipe(combine_table(), c,
+                           {"mla_decode_combine", "mla_decode/combine.cuh",
+                            "attnjit::mla_decode::combine_kernel", "attnjit::mla_decode::CombineParams"},
+                           arch, 0);
+}
+
+jit::KernelRecipe check_recipe(const ops::MlaCheckConfig& c, Arch arch) {
+  return ops::table_recipe(check_table(), c,
+                           {"mla_decode_check", "mla_decode/check.cuh",
+                            "attnjit::mla_decode::check_kernel", "attnjit::mla_decode::CheckParams"},
+                           arch, 0);
+}
+
+}  // namespace
+
+std::string_view to_string(MlaSchedule s) { return ops::enum_name(s); }
+
+void MlaDecodeConfig::validate() const {
+  table().check_rules(*this);
+  if (schedule == MlaSchedule::kSeesaw && (block_n != 64 || stages != 2))
+    fail_config(table().where("schedule"),
+                fmt::format("seesaw runs 64-key tiles in 2 buffers (block_n 64, stages 2), got "
+                            "block_n {} and stages {}; softmax_wg takes other tiles",
+                            block_n, stages));
+  if (ops::mla_smem_bytes(*this) > kMaxSmemPerBlock)
+    fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
+                                                     ops::mla_smem_bytes(*this), kMaxSmemPerBlock));
+}
+
+std::string MlaDecodeConfig::to_json() const { return table().to_json(*this).dump(); }
+
+MlaDecodeConfig MlaDecodeConfig::from_json(std::string_view text) {
+  MlaDecodeConfig c = table().from_json_text(text);
+  c.validate();
+  return c;
+}
+
+std::string MlaDecodeConfig::describe() const { return table().describe(*this); }
+
+MlaDecodeConfig mla_decode_default_config(DType dtype, int num_heads, int q_len, int page_size) {
+  MlaDecodeConfig c;
+  c.dtype = dtype;
+  c.num_heads = num_heads;
+  // Two compiled q_len bounds cover 1..8: plain decode, and MTP up to 8 (causal).
+  c.max_q_len = q_len <= 1 ? 1 : (q_len <= 2 ? 2 : 8);
+  c.page_size = page_size;
+  return c;
+}
+
+namespace ops {
+
+void MlaCombineConfig::validate() const { combine_table().check_rules(*this); }
+void MlaCheckConfig::validate() const { check_table().check_rules(*this); }
+
+int mla_threads(const MlaDecodeConfig& c) {
+  // 384 threads (softmax + two P·V warpgroups) or 256 (the two seesaw warpgroups).
+  return c.schedule == MlaSchedule::kSeesaw ? 2 * kWarpgroupThreads : 3 * kWarpgroupThreads;
+}
+
+unsigned mla_smem_bytes(const MlaDecodeConfig& c) {
+  return layout::mla_decode::smem_bytes(dtype_bytes(c.dtype), c.block_m, c.block_n, c.stages,
+                                        c.schedule == MlaSchedule::kSeesaw);
+}
+
+const jit::Kernel& mla_main_kernel(const MlaDecodeConfig& c, Arch arch) {
+  return jit::get_kernel(table().key(kMlaDecodeOpId, arch, c), [&] {
+    c.validate();
+    return main_recipe(c, arch);
+  });
+}
+
+const jit::Kernel& mla_combine_kernel(const MlaCombineConfig& c, Arch arch) {
+  return jit::get_kernel(combine_table().key(kMlaDecodeCombineOpId, arch, c), [&] {
+    c.validate();
+    return combine_recipe(c, arch);
+  });
+}
+
+const jit::Kernel& mla_check_kernel(const MlaCheckConfig& c, Arch arch) {
+  return jit::get_kernel(check_table().key(kMlaDecodeCheckOpId, arch, c), [&] {
+    c.validate();
+    return check_recipe(c, arch);
+  });
+}
+
+OpSpec mla_decode_op_spec() {
+  OpSpec op;
+  op.name = "mla_decode";
+  op.id = kMlaDecodeOpId;
+  op.summary = "DeepSeek MLA decode over a paged latent cache (576/512), split-KV, MTP causal";
+  op.archs = {kSm90a};
+  op.tuning = mla_decode_tuning_spec();
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (DType d : {DType::kBF16, DType::kF16})
+      for (int h : {16, 32, 64, 128})
+        for (int q : {1, 2, 8})
+          set.push_back(nlohmann::json::parse(mla_decode_default_config(d, h, q, 64).to_json()));
+    return set;
+  };
+  bind_config<MlaDecodeConfig>(op, table(), main_recipe);
+  return op;
+}
+
+OpSpec mla_decode_combine_op_spec() {
+  OpSpec op;
+  op.name = "mla_decode_combine";
+  op.id = kMlaDecodeCombineOpId;
+  op.summary = "merges mla_decode's split-KV partials through their lse (launched by mla_decode)";
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (DType d : {DType::kBF16, DType::kF16})
+      for (int h : {16, 32, 64, 128})
+        set.push_back(nlohmann::json::parse(combine_table().to_json({d, h}).dump()));
+    return set;
+  };
+  bind_config<MlaCombineConfig>(op, combine_table(), combine_recipe);
+  return op;
+}
+
+}  // namespace ops
+}  // namespace attnjit

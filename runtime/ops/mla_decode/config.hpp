@@ -1,0 +1,30 @@
+#pragma once
+// Internal to the mla_decode op: the config tables' kernels (main, combine, check), shared
+// by the launcher (launch.cpp) and the registry entries (config.cpp).
+#include "attnjit/ops/mla_decode.hpp"
+#include "jit/kernel_table.hpp"
+
+namespace attnjit::ops {
+
+// The combine kernel's compile-time shape (mla_decode/combine.cuh CombineParams).
+struct MlaCombineConfig {
+  DType dtype = DType::kBF16;
+  int num_heads = 128;
+  void validate() const;
+};
+
+// The checked mode's validation kernel (mla_decode/check.cuh CheckParams).
+struct MlaCheckConfig {
+  int page_size = 64;
+  void validate() const;
+};
+
+unsigned mla_smem_bytes(const MlaDecodeConfig& c);
+int mla_threads(const MlaDecodeConfig& c);
+
+// The loaded kernel of a config on `arch` (compiled on first use; validated then).
+const jit::Kernel& mla_main_kernel(const MlaDecodeConfig& c, Arch arch);
+const jit::Kernel& mla_combine_kernel(const MlaCombineConfig& c, Arch arch);
+const jit::Kernel& mla_check_kernel(const MlaCheckConfig& c, Arch arch);
+
+}  // namespace attnjit::ops
