@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""The A/B table of tools/gpu_ab.sh's output: per benchmark row, the median over rounds of
+each binary's median_us, the ratio new/base, and whether it is within the tolerance.
+   tools/ab_table.py OUT_DIR [--tolerance 0.02]"""
+import argparse, collections, glob, json, os, statistics
+
+ap = argparse.ArgumentParser()
+ap.add_argument("out")
+ap.add_argument("--tolerance", type=float, default=0.02)
+args = ap.parse_args()
+rows = collections.OrderedDict()
+for path in sorted(glob.glob(os.path.join(args.out, "*-*-*.jsonl"))):
+    op, which, _ = os.path.basename(path)[:-6].rsplit("-", 2)
+    for line in open(path):
+        j = json.loads(line)
+        if j.get("op") != op or "median_us" not in j:
+            continue
+        if not j.get("check", {}).get("passed", False):
+            raise SystemExit(f"{path}: a row failed its float64 check: {j['shape']}")
+        key = (op, json.dumps(j["shape"], sort_keys=True))
+        rows.setdefault(key, {"base": [], "new": []})[which].append(j["median_us"])
+worst = 0.0
+print("| op | shape | base µs | new µs | new/base |")
+print("|---|---|---|---|---|")
+for (op, shape), v in rows.items():
+    b, n = statistics.median(v["base"]), statistics.median(v["new"])
+    r = n / b
+    worst = max(worst, abs(r - 1))
+    flag = "" if abs(r - 1) <= args.tolerance else " **outside**"
+    s = ",".join(f"{k}={x}" for k, x in json.loads(shape).items())
+    print(f"| {op} | {s} | {b:.1f} | {n:.1f} | {r:.3f}{flag} |")
+print(f"\n{len(rows)} rows, largest deviation {100 * worst:.1f} %")
