@@ -214,7 +214,7 @@ struct Rule {
     if constexpr (std::is_same_v<T, int>) {
       int top = hi;
       for (const T& v : values) top = std::max(top, v);
-      return top + 1 == 0 ? top + 2 : top + 1;  // top+1 may be a multiple of nothing: fine
+      return top + 1;
     } else if constexpr (std::is_enum_v<T>) {
       for (const Spelled<T>& s : EnumSpelling<T>::kAll)
         if (!admits(s.value)) return s.value;
@@ -432,6 +432,17 @@ jit::KernelRecipe table_recipe(const ConfigTable<C, T...>& table, const C& c, co
   r.options.arch = arch;
   r.dynamic_smem_bytes = dynamic_smem_bytes;
   return r;
+}
+
+// The loaded kernel of config `c` on `arch`: the table's key, and on a miss the config's
+// validate() and `recipe(c, arch)` (compiled once, single-flight).
+template <class C, class... T, class Recipe>
+const jit::Kernel& table_kernel(const ConfigTable<C, T...>& table, uint32_t op_id, const C& c, Arch arch,
+                                Recipe&& recipe) {
+  return jit::get_kernel(table.key(op_id, arch, c), [&] {
+    c.validate();
+    return recipe(c, arch);
+  });
 }
 
 }  // namespace attnjit::ops

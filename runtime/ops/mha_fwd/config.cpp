@@ -291,24 +291,15 @@ jit::KernelRecipe mha_check_recipe(const MhaCheckConfig& c, Arch arch) {
 }
 
 const jit::Kernel& mha_main_kernel(const MhaFwdConfig& c, Arch arch) {
-  return jit::get_kernel(table().key(kMhaFwdOpId, arch, c), [&] {
-    c.validate();
-    return mha_fwd_recipe(c, arch);
-  });
+  return table_kernel(table(), kMhaFwdOpId, c, arch, mha_fwd_recipe);
 }
 
 const jit::Kernel& mha_combine_kernel(const MhaCombineConfig& c, Arch arch) {
-  return jit::get_kernel(combine_table().key(kMhaFwdCombineOpId, arch, c), [&] {
-    c.validate();
-    return mha_combine_recipe(c, arch);
-  });
+  return table_kernel(combine_table(), kMhaFwdCombineOpId, c, arch, mha_combine_recipe);
 }
 
 const jit::Kernel& mha_check_kernel(const MhaCheckConfig& c, Arch arch) {
-  return jit::get_kernel(check_table().key(kMhaFwdCheckOpId, arch, c), [&] {
-    c.validate();
-    return mha_check_recipe(c, arch);
-  });
+  return table_kernel(check_table(), kMhaFwdCheckOpId, c, arch, mha_check_recipe);
 }
 
 void bind_mha_fwd_config(OpSpec& op) { bind_config<MhaFwdConfig>(op, table(), mha_fwd_recipe); }

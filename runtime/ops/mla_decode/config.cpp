@@ -163,24 +163,15 @@ unsigned mla_smem_bytes(const MlaDecodeConfig& c) {
 }
 
 const jit::Kernel& mla_main_kernel(const MlaDecodeConfig& c, Arch arch) {
-  return jit::get_kernel(table().key(kMlaDecodeOpId, arch, c), [&] {
-    c.validate();
-    return main_recipe(c, arch);
-  });
+  return table_kernel(table(), kMlaDecodeOpId, c, arch, main_recipe);
 }
 
 const jit::Kernel& mla_combine_kernel(const MlaCombineConfig& c, Arch arch) {
-  return jit::get_kernel(combine_table().key(kMlaDecodeCombineOpId, arch, c), [&] {
-    c.validate();
-    return combine_recipe(c, arch);
-  });
+  return table_kernel(combine_table(), kMlaDecodeCombineOpId, c, arch, combine_recipe);
 }
 
 const jit::Kernel& mla_check_kernel(const MlaCheckConfig& c, Arch arch) {
-  return jit::get_kernel(check_table().key(kMlaDecodeCheckOpId, arch, c), [&] {
-    c.validate();
-    return check_recipe(c, arch);
-  });
+  return table_kernel(check_table(), kMlaDecodeCheckOpId, c, arch, check_recipe);
 }
 
 OpSpec mla_decode_op_spec() {

@@ -69,10 +69,9 @@ void check_arch(Arch arch) {
 }
 
 const jit::Kernel& kernel_for(const TmaCopyConfig& c, Arch arch) {
-  return jit::get_kernel(table().key(ops::kTmaCopyOpId, arch, c), [&] {
-    c.validate();
-    check_arch(arch);
-    return recipe_of(c, arch);
+  return ops::table_kernel(table(), ops::kTmaCopyOpId, c, arch, [](const TmaCopyConfig& cc, Arch a) {
+    check_arch(a);
+    return recipe_of(cc, a);
   });
 }
 
