@@ -41,6 +41,8 @@ namespace attnjit::driver {
   X(cuTensorMapEncodeTiled, 12000)         \
   X(cuMemAlloc, 3020)                     \
   X(cuMemFree, 3020)                      \
+  X(cuMemAllocAsync, 11020)               \
+  X(cuMemFreeAsync, 11020)                \
   X(cuMemcpyHtoD, 3020)                   \
   X(cuMemcpyDtoH, 3020)                   \
   X(cuMemcpyDtoDAsync, 3020)              \

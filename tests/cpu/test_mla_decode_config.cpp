@@ -177,7 +177,6 @@ MlaDecodeArgs valid_args() {
   a.out = TensorView::contiguous(fake(4), DType::kBF16, {B, QL, H, 512});
   a.lse = TensorView::contiguous(fake(5), DType::kF32, {B, H, QL});
   a.softmax_scale = 0.0722f;
-  a.num_splits = 1;  // forced: the heuristic would need the device's SM count
   return a;
 }
 
@@ -185,6 +184,17 @@ MlaDecodeConfig valid_config() {
   MlaDecodeConfig c = mla_decode_default_config(DType::kBF16, H, QL, PAGE);
   c.max_q_len = 2;
   return c;
+}
+
+// A plan for valid_args() built by hand (mla_decode_plan would need the device's SM count
+// and loads kernels): the run checks the call against it before touching the device.
+MlaDecodePlan valid_plan(const MlaDecodeArgs& a, int num_splits) {
+  MlaDecodePlan p;
+  p.shape = mla_decode_shape(a);
+  p.config = valid_config();
+  p.num_splits = num_splits;
+  p.workspace_bytes = mla_decode_workspace_bytes(p.shape, num_splits);
+  return p;
 }
 
 // valid_args() with one tensor replaced.
@@ -279,27 +289,80 @@ TEST_CASE("mla_decode rejects bad arguments before launching", "[mla_decode][arg
     invalid.num_heads = 24;
     REQUIRE_ERROR(call(valid_args(), &invalid), ErrorKind::kUnsupportedConfig, "'num_heads'");
   }
-  SECTION("lengths, splits and workspace") {
-    MlaDecodeArgs a = valid_args();
-    // The table holds 4 pages × 64 = 256 rows: a longer hint cannot be honoured.
-    a.max_len_hint = MAXP * PAGE + 1;
-    REQUIRE_ERROR(call(a), bad, "max_len_hint");
-    a.max_len_hint = -1;
-    REQUIRE_ERROR(call(a), bad, "max_len_hint");
-    a = valid_args();
-    a.num_splits = -1;
-    REQUIRE_ERROR(call(a), bad, "num_splits");
-    const size_t need = mla_decode_workspace_bytes(B, QL, H, 4);
+  SECTION("a run's workspace") {
+    const MlaDecodeArgs a = valid_args();
+    const MlaDecodePlan plan = valid_plan(a, 4);
+    const size_t need = plan.workspace_bytes;
     REQUIRE(need > 0);
-    a = valid_args();
-    a.num_splits = 4;
-    a.workspace = fake(6);
-    a.workspace_bytes = need - 1;
-    REQUIRE_ERROR(call(a), bad, "workspace");
-    a.workspace = nullptr;
-    a.workspace_bytes = need;
-    REQUIRE_ERROR(call(a), bad, "workspace");
+    auto run = [&](Workspace ws) { mla_decode(a, plan, ws, nullptr); };
+    REQUIRE_ERROR(run({fake(6), need - 1}), bad, "workspace", "mla_decode_plan");
+    REQUIRE_ERROR(run({nullptr, need}), bad, "workspace");
+    REQUIRE_ERROR(run({fake(6, 4), need}), bad, "workspace", "16-byte aligned");
+    REQUIRE_ERROR(mla_decode_schedule(plan, a, {fake(6), need - 1}, nullptr), bad, "workspace");
   }
+}
+
+TEST_CASE("mla_decode_plan rejects a bad shape before touching the device", "[mla_decode][args]") {
+  const MlaDecodeConfig cfg = valid_config();
+  const MlaDecodeShape good = mla_decode_shape(valid_args());
+  CHECK(good.batch == B);
+  CHECK(good.q_len == QL);
+  CHECK(good.num_heads == H);
+  CHECK(good.page_size == PAGE);
+  CHECK(good.max_pages == MAXP);
+  CHECK_FALSE(good.ragged);
+  const auto bad = ErrorKind::kBadArgument;
+  auto plan_with = [&](auto edit) {
+    MlaDecodeShape s = good;
+    edit(s);
+    return mla_decode_plan(s, &cfg);
+  };
+  // The table holds 4 pages × 64 = 256 rows: a longer bound cannot be honoured.
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.max_len = MAXP * PAGE + 1; }), bad,
+                "shape.max_len", "256");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.max_len = -1; }), bad, "shape.max_len");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.num_splits = -1; }), bad, "shape.num_splits");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.num_splits = 257; }), bad, "shape.num_splits");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.batch = -1; }), bad, "shape.batch");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.q_len = 3; }), bad, "shape.q_len",
+                "max_q_len = 2");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.q_len = 0; }), bad, "shape.q_len");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.num_heads = 32; }), bad, "shape.num_heads");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.page_size = 32; }), bad, "shape.page_size");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.dtype = DType::kF16; }), bad, "shape.dtype");
+  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.max_pages = 0; }), bad, "shape.max_pages");
+  // The config's own rules come first, naming the field.
+  MlaDecodeConfig invalid = cfg;
+  invalid.num_heads = 24;
+  REQUIRE_ERROR(mla_decode_plan(good, &invalid), ErrorKind::kUnsupportedConfig, "'num_heads'");
+}
+
+TEST_CASE("mla_decode refuses a call its plan was not made for", "[mla_decode][args]") {
+  const auto bad = ErrorKind::kBadArgument;
+  const MlaDecodeArgs a = valid_args();
+  auto run = [&](const MlaDecodeArgs& call, const MlaDecodePlan& plan) {
+    mla_decode(call, plan, {}, nullptr);
+  };
+  // Each field of the shape, changed in the plan only.
+  MlaDecodePlan p = valid_plan(a, 1);
+  p.shape.batch = B + 1;
+  REQUIRE_ERROR(run(a, p), bad, "q", "batch = 3");
+  p = valid_plan(a, 1);
+  p.shape.max_pages = MAXP * 2;
+  REQUIRE_ERROR(run(a, p), bad, "block_table", "max_pages = 8");
+  p = valid_plan(a, 1);
+  p.shape.q_len = 1;
+  REQUIRE_ERROR(run(a, p), bad, "q", "q_len = 1");
+  p = valid_plan(a, 1);
+  p.shape.ragged = true;
+  REQUIRE_ERROR(run(a, p), bad, "q_offsets", "ragged form");
+  p = valid_plan(a, 1);
+  p.num_splits = 0;  // not a plan mla_decode_plan makes
+  REQUIRE_ERROR(run(a, p), bad, "plan", "num_splits 0");
+  // The config's head count, page size and dtype are checked against the tensors.
+  p = valid_plan(a, 1);
+  p.config.num_heads = 32;
+  REQUIRE_ERROR(run(a, p), bad, "q", "num_heads = 32");
 }
 
 namespace {
@@ -371,31 +434,34 @@ TEST_CASE("mla_decode ragged q: the form's own argument rules", "[mla_decode][ar
     a.max_q_len = 1;
     REQUIRE_ERROR(call(a), bad, "max_q_len", "padded");
   }
-  SECTION("split queries use the bound") {
-    MlaDecodeArgs a = ragged_args();
-    a.num_splits = 3;
-    CHECK(mla_decode_num_splits(a) == 3);
-    a.num_splits = 4;
-    a.workspace = fake(6);
-    a.workspace_bytes = mla_decode_workspace_bytes(B, 2, H, 4) - 1;
-    REQUIRE_ERROR(call(a), bad, "workspace");
+  SECTION("the shape and the split workspace use the bound") {
+    const MlaDecodeArgs a = ragged_args();
+    const MlaDecodeShape shape = mla_decode_shape(a);
+    CHECK(shape.ragged);
+    CHECK(shape.batch == B);
+    CHECK(shape.q_len == 2);  // the max_q_len bound, not total_q
+    const MlaDecodePlan plan = valid_plan(a, 4);
+    CHECK(plan.workspace_bytes == mla_decode_workspace_bytes(valid_plan(valid_args(), 4).shape, 4));
+    REQUIRE_ERROR(mla_decode(a, plan, {fake(6), plan.workspace_bytes - 1}, nullptr), bad,
+                  "workspace");
   }
 }
 
-TEST_CASE("mla_decode split count and workspace queries", "[mla_decode][args]") {
-  MlaDecodeArgs a = valid_args();
-  for (int s : {1, 2, 7, 64}) {
-    a.num_splits = s;
-    CHECK(mla_decode_num_splits(a) == s);  // forced counts are taken as given
-  }
-  CHECK(mla_decode_workspace_bytes(B, QL, H, 1) == 0);  // unsplit: outputs written directly
-  const size_t w2 = mla_decode_workspace_bytes(B, QL, H, 2);
-  const size_t w8 = mla_decode_workspace_bytes(B, QL, H, 8);
+TEST_CASE("mla_decode workspace query", "[mla_decode][args]") {
+  MlaDecodeShape s = mla_decode_shape(valid_args());
+  CHECK(mla_decode_workspace_bytes(s, 1) == 0);  // unsplit: outputs written directly
+  const size_t w2 = mla_decode_workspace_bytes(s, 2);
+  const size_t w8 = mla_decode_workspace_bytes(s, 8);
   CHECK(w2 > 0);
   CHECK(w8 >= w2);
-  CHECK(mla_decode_workspace_bytes(4 * B, QL, H, 8) >= w8);
-  CHECK(mla_decode_workspace_bytes(B, QL, 2 * H, 8) >= w8);
   CHECK(w8 % 16 == 0);
+  // Partials: b × splits × q_len × h rows of 512 f32, then their lse, 16-byte aligned.
+  CHECK(w2 == size_t{B} * 2 * QL * H * 512 * 4 + (size_t{B} * 2 * QL * H * 4 + 15) / 16 * 16);
+  s.batch *= 4;
+  CHECK(mla_decode_workspace_bytes(s, 8) >= w8);
+  s.batch /= 4;
+  s.num_heads *= 2;
+  CHECK(mla_decode_workspace_bytes(s, 8) >= w8);
 }
 
 // ---- the float64 reference itself -----------------------------------------------------

@@ -284,13 +284,10 @@ TEST_CASE("tune db: tuned_config without a database or a GPU is the heuristic's 
   CHECK_THROWS_AS(tuned_config("tma_copy", {{"rows", -1}}), Error);
   // Calls without a config on CPU pick exactly the heuristic's config.
   CHECK(tma_copy_selected_config(4096, 4096, DType::kBF16) == tma_copy_default_config(DType::kBF16));
-  MlaDecodeArgs a;
-  a.q = TensorView::contiguous(nullptr, DType::kBF16, {4, 2, 64, kMlaHeadDim});
-  a.kv_cache = TensorView::contiguous(nullptr, DType::kBF16, {100, 32, kMlaHeadDim});
-  a.block_table = TensorView::contiguous(nullptr, DType::kI32, {4, 25});
-  CHECK(mla_decode_selected_config(a) == mla_decode_default_config(DType::kBF16, 64, 2, 32));
-  a.q = TensorView::contiguous(nullptr, DType::kBF16, {4, 2, 24, kMlaHeadDim});  // no config runs h = 24
-  CHECK(mla_decode_selected_config(a) == mla_decode_default_config(DType::kBF16, 24, 2, 32));
+  MlaDecodeShape s{.batch = 4, .q_len = 2, .num_heads = 64, .page_size = 32, .max_pages = 25};
+  CHECK(mla_decode_selected_config(s) == mla_decode_default_config(DType::kBF16, 64, 2, 32));
+  s.num_heads = 24;  // no config runs h = 24
+  CHECK(mla_decode_selected_config(s) == mla_decode_default_config(DType::kBF16, 24, 2, 32));
   reload_tuning_db();
   CHECK(tuning_db_generation() == g + 1);
 }

@@ -183,8 +183,8 @@ class MlaData {
     return p;
   }
 
-  // Views over the device buffers; workspace and split count are the caller's.
-  MlaDecodeArgs args(bool want_lse, int num_splits, int max_len_hint) const {
+  // Views over the device buffers.
+  MlaDecodeArgs args(bool want_lse) const {
     const int64_t b = c_.batch(), ql = c_.q_len, h = c_.heads;
     MlaDecodeArgs a;
     a.q = TensorView::contiguous(q_d_.data(), c_.dtype, {b, ql, h, test::kMlaQkDim});
@@ -195,8 +195,6 @@ class MlaData {
     a.out = TensorView::contiguous(out_d_.data(), c_.dtype, {b, ql, h, test::kMlaVDim});
     if (want_lse) a.lse = TensorView::contiguous(lse_d_.data(), DType::kF32, {b, h, ql});
     a.softmax_scale = static_cast<float>(c_.scale);
-    a.num_splits = num_splits;
-    a.max_len_hint = max_len_hint;
     return a;
   }
 
@@ -268,22 +266,32 @@ struct RunOptions {
   int max_len_hint = 0;
 };
 
-// One synchronous call on the default stream with poisoned outputs and workspace.
+// The plan of a call with these options (shape read from the args, bounds from `o`).
+MlaDecodePlan plan_mla(const MlaDecodeArgs& a, const RunOptions& o) {
+  MlaDecodeShape shape = mla_decode_shape(a);
+  shape.num_splits = o.num_splits;
+  shape.max_len = o.max_len_hint;
+  return mla_decode_plan(shape, o.config);
+}
+
+// One synchronous plan + schedule + run on the default stream with poisoned outputs and
+// workspace.
 RunResult run_mla(MlaData& d, const RunOptions& o) {
-  MlaDecodeArgs a = d.args(o.want_lse, o.num_splits, o.max_len_hint);
+  const MlaDecodeArgs a = d.args(o.want_lse);
+  const MlaDecodePlan plan = plan_mla(a, o);
   RunResult r;
-  r.splits = mla_decode_num_splits(a);
+  r.splits = plan.num_splits;
   REQUIRE(r.splits >= 1);
   if (o.num_splits > 0) CHECK(r.splits == o.num_splits);
-  const size_t ws =
-      mla_decode_workspace_bytes(d.spec().batch(), d.spec().q_len, d.spec().heads, r.splits);
+  const size_t ws = plan.workspace_bytes;
+  CHECK(ws == mla_decode_workspace_bytes(plan.shape, r.splits));
   if (r.splits == 1) CHECK(ws == 0);
   DeviceBuffer workspace(ws);
   workspace.fill_byte(0xFF);  // partials must be written before they are read
-  a.workspace = ws ? workspace.data() : nullptr;
-  a.workspace_bytes = ws;
+  const Workspace w{ws ? workspace.data() : nullptr, ws};
   d.poison_outputs();
-  mla_decode(a, nullptr, o.config);
+  mla_decode_schedule(plan, a, w, nullptr);
+  mla_decode(a, plan, w, nullptr);
   test::synchronize();
   r.out = d.download_out();
   if (o.want_lse) r.lse = d.download_lse();
@@ -350,6 +358,19 @@ MlaDecodeConfig config_for(const MlaCase& c) {
   }
 }
 
+// A plan of one sequence that loads both of `c`'s kernels (a forced split needs the
+// combine): what an engine does before capturing a graph.
+MlaDecodePlan plan_for_config(const MlaDecodeConfig& c) {
+  return mla_decode_plan({.dtype = c.dtype,
+                          .batch = 1,
+                          .q_len = 1,
+                          .num_heads = c.num_heads,
+                          .page_size = c.page_size,
+                          .max_pages = 1,
+                          .num_splits = 2},
+                         &c);
+}
+
 // Compiles and loads configs on several threads (NVRTC is single-threaded per compile).
 void prepare_all(const std::vector<MlaDecodeConfig>& configs) {
   std::vector<MlaDecodeConfig> unique;
@@ -374,7 +395,7 @@ void prepare_all(const std::vector<MlaDecodeConfig>& configs) {
         i = next++;
       }
       try {
-        mla_decode_prepare(unique[i]);
+        plan_for_config(unique[i]);
       } catch (const std::exception& e) {
         std::lock_guard lock(m);
         errors.push_back(fmt::format("{}: {}", unique[i].describe(), e.what()));
@@ -386,7 +407,7 @@ void prepare_all(const std::vector<MlaDecodeConfig>& configs) {
   std::vector<std::thread> pool;
   for (size_t i = 0; i < n; ++i) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
-  for (const auto& e : errors) FAIL_CHECK("mla_decode_prepare failed: " << e);
+  for (const auto& e : errors) FAIL_CHECK("mla_decode_plan failed: " << e);
   REQUIRE(errors.empty());
 }
 
@@ -551,11 +572,12 @@ TEST_CASE("mla_decode heuristic split count and the runtime's own config", "[gpu
     INFO(c.describe());
     MlaData d(c);
     const MlaReference ref = reference_for(d);
-    // The split count is a function of host-visible shapes only: asked twice, same answer.
-    const MlaDecodeArgs a = d.args(true, 0, s.hint);
-    const int splits = mla_decode_num_splits(a);
+    // The split count is a function of host-visible shapes only: planned twice, same answer.
+    RunOptions probe;
+    probe.max_len_hint = s.hint;
+    const int splits = plan_mla(d.args(true), probe).num_splits;
     CHECK(splits >= 1);
-    CHECK(mla_decode_num_splits(a) == splits);
+    CHECK(plan_mla(d.args(true), probe).num_splits == splits);
     // Two CTAs of 64 query rows for one sequence would leave the GPU idle: split it.
     if (c.batch() == 1) CHECK(splits > 1);
     RunOptions o;  // config = nullptr: whatever the runtime picks
@@ -619,19 +641,20 @@ TEST_CASE("mla_decode replays from a CUDA graph with new lengths and values",
   c.lens = {2500, 2500, 2500, 2500};  // capacity; every replay draws lengths within it
   c.spare_pages = 8;
   const MlaDecodeConfig cfg = config_for(c);
-  mla_decode_prepare(cfg);  // nothing may compile, load or allocate inside the capture
   MlaData d(c);
-  MlaDecodeArgs a = d.args(true, 0, 0);  // heuristic from the capacity: a fixed grid
-  const int splits = mla_decode_num_splits(a);
-  const size_t ws_bytes = mla_decode_workspace_bytes(c.batch(), c.q_len, c.heads, splits);
-  DeviceBuffer workspace(ws_bytes);
-  a.workspace = ws_bytes ? workspace.data() : nullptr;
-  a.workspace_bytes = ws_bytes;
+  const MlaDecodeArgs a = d.args(true);
+  // Planned before the capture (nothing may compile, load or allocate inside it); the
+  // heuristic reads the capacity, so the grid is fixed whatever lengths a replay brings.
+  const MlaDecodePlan plan = mla_decode_plan(mla_decode_shape(a), &cfg);
+  const int splits = plan.num_splits;
+  DeviceBuffer workspace(plan.workspace_bytes);
+  const Workspace ws{plan.workspace_bytes ? workspace.data() : nullptr, plan.workspace_bytes};
 
   CUstream stream;
   ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
   ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
-  mla_decode(a, stream, &cfg);
+  mla_decode_schedule(plan, a, ws, stream);
+  mla_decode(a, plan, ws, stream);
   CUgraph graph;
   ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
   CUgraphExec exec;
@@ -741,7 +764,8 @@ namespace {
 // call can be captured in a CUDA graph and replayed after set() packs new offsets.
 class RaggedCall {
  public:
-  RaggedCall(const MlaData& d, int total_q, int num_splits) : d_(d), total_q_(total_q) {
+  RaggedCall(const MlaData& d, int total_q, int num_splits, const MlaDecodeConfig& cfg)
+      : d_(d), total_q_(total_q) {
     const MlaCase& c = d.spec();
     const int b = c.batch(), h = c.heads;
     q_d_ = DeviceBuffer(static_cast<size_t>(total_q) * q_row() * 2);
@@ -758,12 +782,19 @@ class RaggedCall {
     a_.out = TensorView::contiguous(out_d_.data(), c.dtype, {total_q, h, test::kMlaVDim});
     a_.lse = TensorView::contiguous(lse_d_.data(), DType::kF32, {h, total_q});
     a_.softmax_scale = static_cast<float>(c.scale);
-    a_.num_splits = num_splits;
-    splits_ = mla_decode_num_splits(a_);
-    const size_t ws = mla_decode_workspace_bytes(b, c.q_len, h, splits_);
-    workspace_ = DeviceBuffer(ws);
-    a_.workspace = ws ? workspace_.data() : nullptr;
-    a_.workspace_bytes = ws;
+    MlaDecodeShape shape = mla_decode_shape(a_);
+    shape.num_splits = num_splits;
+    plan_ = mla_decode_plan(shape, &cfg);
+    splits_ = plan_.num_splits;
+    workspace_ = DeviceBuffer(plan_.workspace_bytes);
+  }
+
+  // One step: the schedule and the run, on `stream` (capturable: no compile, load or
+  // allocation).
+  void run(CUstream stream) const {
+    const Workspace ws{workspace_.bytes() ? workspace_.data() : nullptr, workspace_.bytes()};
+    mla_decode_schedule(plan_, a_, ws, stream);
+    mla_decode(a_, plan_, ws, stream);
   }
 
   // Packs the first q_lens[i] tokens of each sequence (from the data's current values),
@@ -837,6 +868,7 @@ class RaggedCall {
   const MlaData& d_;
   int total_q_ = 0, splits_ = 0;
   MlaDecodeArgs a_;
+  MlaDecodePlan plan_;
   std::vector<int> q_lens_;
   std::vector<int32_t> offsets_;
   DeviceBuffer q_d_, off_d_, out_d_, lse_d_, workspace_;
@@ -849,9 +881,9 @@ void check_ragged(const MlaCase& c, const std::vector<int>& q_lens, int num_spli
   MlaData d(c);
   int rows = tail;
   for (int ql : q_lens) rows += ql;
-  RaggedCall call(d, rows, num_splits);
+  RaggedCall call(d, rows, num_splits, cfg);
   call.set(q_lens);
-  mla_decode(call.args(), nullptr, &cfg);
+  call.run(nullptr);
   test::synchronize();
   call.judge_all("sync");
 }
@@ -909,15 +941,16 @@ TEST_CASE("mla_decode with ragged q replays from a CUDA graph with new offsets a
   c.lens = {1500, 1500, 1500, 1500, 1500};  // capacity; replays draw lengths within it
   c.spare_pages = 8;
   const MlaDecodeConfig cfg = config_for(c);
-  mla_decode_prepare(cfg);  // nothing may compile, load or allocate inside the capture
   MlaData d(c);
-  RaggedCall call(d, c.batch() * c.q_len, 0);  // every q_lens set below fits; heuristic split
+  // Planned in the constructor, before the capture: nothing may compile, load or allocate
+  // inside it. Every q_lens set below fits; heuristic split.
+  RaggedCall call(d, c.batch() * c.q_len, 0, cfg);
   call.set({4, 4, 4, 4, 4});
 
   CUstream stream;
   ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
   ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
-  mla_decode(call.args(), stream, &cfg);
+  call.run(stream);
   CUgraph graph;
   ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
   CUgraphExec exec;

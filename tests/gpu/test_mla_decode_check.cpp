@@ -43,7 +43,6 @@ TEST_CASE("mla_decode checked mode names the first bad offset, length or table e
   a.cache_lens = TensorView::contiguous(lens_d.data(), DType::kI32, {b});
   a.out = TensorView::contiguous(out_d.data(), DType::kBF16, {b, 1, h, 512});
   a.softmax_scale = 0.0722f;
-  a.num_splits = 1;
   const CheckModeScope scope(true);
 
   // Sequence 1 uses 3 pages (L = 150); its slot 2 holds 99, not a page of the 4-page pool.

@@ -224,22 +224,21 @@ bool bench_shape(const MlaShape& s, const BenchOptions& o, const driver::DeviceI
     a.out = TensorView::contiguous(out_d.data(), s.dtype, {s.b, s.q_len, s.h, test::kMlaVDim});
     if (s.lse) a.lse = TensorView::contiguous(lse_d.data(), DType::kF32, {s.b, s.h, s.q_len});
     a.softmax_scale = 0.07216878f;  // 1/sqrt(192)
-    a.num_splits = s.splits;
-    a.max_len_hint = s.s_k;
     return a;
   };
-  MlaDecodeArgs probe = args_for(0);
-  const int splits = mla_decode_num_splits(probe);
-  const size_t ws_bytes = mla_decode_workspace_bytes(s.b, s.q_len, s.h, splits);
-  Buffer workspace(ws_bytes);
-  auto call = [&](int set) {
-    MlaDecodeArgs a = args_for(set);
-    a.workspace = ws_bytes ? workspace.data() : nullptr;
-    a.workspace_bytes = ws_bytes;
-    mla_decode(a, nullptr, config);
-  };
+  // What an engine does: plan once for the batch shape (compiles or loads the kernels,
+  // untimed), then time the per-layer run with a workspace it owns.
+  MlaDecodeShape shape = mla_decode_shape(args_for(0));
+  shape.max_len = s.s_k;
+  shape.num_splits = s.splits;
+  const MlaDecodePlan plan = mla_decode_plan(shape, config);
+  const int splits = plan.num_splits;
+  Buffer workspace(plan.workspace_bytes);
+  const Workspace ws{plan.workspace_bytes ? workspace.data() : nullptr, plan.workspace_bytes};
+  mla_decode_schedule(plan, args_for(0), ws, nullptr);
+  auto call = [&](int set) { mla_decode(args_for(set), plan, ws, nullptr); };
 
-  // Correctness first (this call also compiles or loads the kernels, untimed).
+  // Correctness first.
   ATTNJIT_CU(cuMemsetD8Async, out_d.ptr, 0xFF, out_d.bytes, nullptr);
   ATTNJIT_CU(cuMemsetD8Async, lse_d.ptr, 0xFF, lse_d.bytes, nullptr);
   call(0);

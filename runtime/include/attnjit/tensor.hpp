@@ -2,6 +2,7 @@
 // A non-owning view of a device tensor: pointer, dtype, shape and strides in
 // elements. Fixed-capacity arrays keep views allocation-free on the launch path.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -45,5 +46,14 @@ void check_same_shape(const TensorView& a, const char* a_name, const TensorView&
                       const char* b_name);
 void check_same_device(const TensorView& a, const char* a_name, const TensorView& b,
                        const char* b_name);
+
+// Device scratch an op's run uses, owned by the caller and sized by the op's plan
+// (Plan::workspace_bytes): 16-byte aligned, on the op's device. A step's schedule writes
+// what its runs read (split partials are written before they are read within a run), so
+// one workspace serves every layer of a step, one run at a time on one stream.
+struct Workspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
 
 }  // namespace attnjit

@@ -148,20 +148,18 @@ class MlaDecodeBench final : public Bench {
     const int wanted = config.value("num_splits", 0);
     config.erase("num_splits");
     const MlaDecodeConfig c = MlaDecodeConfig::from_json(config.dump());
-    mla_decode_prepare(c);
-    MlaDecodeArgs probe = args_for(0, wanted);
-    const int splits = mla_decode_num_splits(probe);  // 0 → the heuristic's (the worker has no DB)
-    const size_t ws = mla_decode_workspace_bytes(b_, q_len_, h_, splits);
-    if (ws > 0 && (!workspace_ || workspace_->bytes < ws)) {
+    MlaDecodeShape shape = mla_decode_shape(args_for(0));
+    shape.max_len = s_k_;
+    shape.num_splits = wanted;  // 0 → the heuristic's (the worker has no DB)
+    const MlaDecodePlan plan = mla_decode_plan(shape, &c);
+    if (plan.workspace_bytes > 0 && (!workspace_ || workspace_->bytes < plan.workspace_bytes)) {
       workspace_.reset();
-      workspace_ = std::make_unique<Buffer>(ws);
+      workspace_ = std::make_unique<Buffer>(plan.workspace_bytes);
     }
-    void* ws_ptr = ws > 0 ? workspace_->data() : nullptr;
-    return [this, c, splits, ws, ws_ptr](int i) {
-      MlaDecodeArgs a = args_for(static_cast<size_t>(i) % q_.size(), splits);
-      a.workspace = ws_ptr;
-      a.workspace_bytes = ws;
-      mla_decode(a, nullptr, &c);
+    const Workspace ws{plan.workspace_bytes > 0 ? workspace_->data() : nullptr,
+                       plan.workspace_bytes};
+    return [this, plan, ws](int i) {
+      mla_decode(args_for(static_cast<size_t>(i) % q_.size()), plan, ws, nullptr);
     };
   }
   void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr, 0xFF, out_->bytes, nullptr); }
@@ -191,7 +189,7 @@ class MlaDecodeBench final : public Bench {
   }
 
  private:
-  MlaDecodeArgs args_for(size_t set, int splits) const {
+  MlaDecodeArgs args_for(size_t set) const {
     MlaDecodeArgs a;
     a.q = TensorView::contiguous(q_[set].data(), dtype_, {b_, q_len_, h_, kMlaHeadDim});
     a.kv_cache = TensorView::contiguous(cache_[set].data(), dtype_, {num_pages_, page_, kMlaHeadDim});
@@ -199,8 +197,6 @@ class MlaDecodeBench final : public Bench {
     a.cache_lens = TensorView::contiguous(lens_->data(), DType::kI32, {b_});
     a.out = TensorView::contiguous(out_->data(), dtype_, {b_, q_len_, h_, kMlaValueDim});
     a.softmax_scale = 0.07216878f;  // 1/sqrt(192), as the bench
-    a.num_splits = splits;
-    a.max_len_hint = s_k_;
     return a;
   }
 

@@ -66,6 +66,8 @@ struct MlaDecodeConfig {
   friend bool operator==(const MlaDecodeConfig&, const MlaDecodeConfig&) = default;
 };
 
+// The tensors of one call (one layer). Host-visible sizes come from the views; lengths,
+// offsets and table entries stay on the GPU.
 struct MlaDecodeArgs {
   TensorView q;                // rank 4 (padded) or rank 3 with q_offsets (ragged)
   TensorView q_offsets;        // ragged form: [b + 1] i32 row offsets into q/out/lse;
@@ -78,34 +80,67 @@ struct MlaDecodeArgs {
   TensorView out;
   TensorView lse;              // data == nullptr: not wanted
   float softmax_scale = 0.0f;  // e.g. 1/sqrt(192) × mscale² for DeepSeek
-  int num_splits = 0;          // split-KV partitions; 0 = heuristic (host-visible numbers only)
-  int max_len_hint = 0;        // caller's bound on cache_lens (0: capacity = max_pages × page_size)
-  void* workspace = nullptr;   // device scratch for split partials (see workspace query)
-  size_t workspace_bytes = 0;
 };
 
-// The config the runtime picks for these shapes (before any tuning database).
+// The built-in config for these shapes (before any tuning database).
 MlaDecodeConfig mla_decode_default_config(DType dtype, int num_heads, int q_len, int page_size);
 
-// The config mla_decode(args, stream, nullptr) uses: the tuning database's winner for the
-// shapes' bucket on this GPU (attnjit/tuning.hpp, docs/tuning.md), else
-// mla_decode_default_config.
-MlaDecodeConfig mla_decode_selected_config(const MlaDecodeArgs& args);
+// What an engine knows when it captures a batch shape: host-visible sizes and bounds only.
+struct MlaDecodeShape {
+  DType dtype = DType::kBF16;
+  int batch = 0;         // b
+  int q_len = 1;         // padded: q.shape[1]; ragged: the bound on every sequence's q_len
+  int num_heads = 128;   // h
+  int page_size = 64;
+  int max_pages = 1;     // block_table width
+  bool ragged = false;   // q [total_q, h, 576] with q_offsets
+  int max_len = 0;       // bound on every cache_lens entry; 0: max_pages × page_size. Only
+                         // the split choice reads it (a tighter bound, fewer idle splits)
+  int num_splits = 0;    // split-KV partitions, 1..256; 0: the tuning database's for the
+                         // shapes' bucket, else the heuristic's
+};
 
-// The split count a call with `args` will use: args.num_splits when set, else the tuning
-// database's for the shapes' bucket when it has one, else the heuristic's — a function of
-// batch, heads, q_len, the length bound and the current device's SM count only, so the
-// grid is fixed for fixed shapes (CUDA-graph capturable).
-int mla_decode_num_splits(const MlaDecodeArgs& args);
+// The host-visible shape of `args` (bounds left 0: chosen by the plan). Throws
+// Error(kBadArgument) naming the tensor when q, q_offsets, kv_cache or block_table has the
+// wrong rank.
+MlaDecodeShape mla_decode_shape(const MlaDecodeArgs& args);
 
-// Workspace bytes for a call with these shapes and split count (0 when unsplit); ragged
-// calls pass their max_q_len as q_len.
-size_t mla_decode_workspace_bytes(int batch, int q_len, int num_heads, int num_splits);
+// Computed once per captured batch shape and reused by every layer and step of it.
+struct MlaDecodePlan {
+  MlaDecodeShape shape;        // as given (num_splits 0 kept: the plan's own is below)
+  MlaDecodeConfig config;      // the kernel that runs
+  int num_splits = 1;          // partitions of each sequence's keys (1: no combine kernel)
+  size_t workspace_bytes = 0;  // caller-owned scratch the run needs (0: none)
+};
 
-// Compiles/loads the main and combine kernels for `config` on the current device.
-void mla_decode_prepare(const MlaDecodeConfig& config);
+// The config, split count and workspace for `shape`, with the kernels compiled (or read
+// from the disk cache) and loaded on the current device. `config` = nullptr: the tuning
+// database's winner for the shapes' bucket on this GPU (attnjit/tuning.hpp,
+// docs/tuning.md), else mla_decode_default_config. The split choice reads the shape and the
+// device's SM count only, so the grid is fixed for a fixed plan (CUDA-graph capturable).
+// Throws before anything is compiled when the shape or config breaks a rule.
+MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig* config = nullptr);
 
-// Runs the decode on `stream`. Every argument is checked before anything is launched.
+// The config mla_decode_plan picks for `shape` without one (host only: no device needed).
+MlaDecodeConfig mla_decode_selected_config(const MlaDecodeShape& shape);
+
+// Workspace bytes of a plan (0 when unsplit); host only.
+size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits);
+
+// Per step, before the step's runs: device work that depends on device-resident lengths.
+// mla_decode's static split needs none (this enqueues nothing); the balanced schedule of
+// mixed lengths will write its work list into the workspace here. Graph-capturable.
+void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args, Workspace workspace,
+                         CUstream stream);
+
+// Per layer: the decode on `stream` (the main kernel, then the combine kernel when split).
+// Every argument is checked against the plan before anything is launched; nothing is
+// compiled, loaded or allocated (CUDA-graph capturable).
+void mla_decode(const MlaDecodeArgs& args, const MlaDecodePlan& plan, Workspace workspace,
+                CUstream stream);
+
+// One call that plans, schedules and runs with a workspace it allocates on `stream`
+// (stream-ordered, freed after the run). For use outside graph capture.
 void mla_decode(const MlaDecodeArgs& args, CUstream stream, const MlaDecodeConfig* config = nullptr);
 
 }  // namespace attnjit

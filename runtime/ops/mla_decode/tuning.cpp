@@ -1,7 +1,7 @@
 // mla_decode's autotuning: shape, bucket, search space (registry TuningSpec; the split
 // count is a run-time field of the candidates) and the runtime's choice for calls without
 // a config or a split count.
-#include "ops/mla_decode/mla_decode_tuning.hpp"
+#include "ops/mla_decode/internal.hpp"
 
 #include <fmt/format.h>
 
@@ -26,7 +26,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kShapeKeys = "b, q_len, h, s_k, page, dtype";
-constexpr int kMaxSplits = 256;  // mla_decode's own bound on num_splits
+using mla_detail::kMaxSplits;  // mla_decode's own bound on num_splits
 
 json shape_json(DType dtype, int64_t b, int64_t q_len, int64_t h, int64_t s_k, int64_t page) {
   return {{"b", b},     {"q_len", q_len}, {"h", h},
@@ -169,17 +169,15 @@ Choice lookup(DType dtype, int64_t b, int64_t q_len, int64_t h, int64_t page, in
 
 }  // namespace mla_tuning
 
-MlaDecodeConfig mla_decode_selected_config(const MlaDecodeArgs& a) {
-  // Exactly what mla_decode picked before tuning existed, for any args (even bad ones:
-  // the argument checks that follow report those).
-  const mla_detail::CallShape cs = mla_detail::call_shape(a);
-  const MlaDecodeConfig fallback = mla_decode_default_config(
-      a.q.dtype, static_cast<int>(cs.h), static_cast<int>(cs.q_len),
-      a.kv_cache.rank == 3 ? static_cast<int>(a.kv_cache.shape[1]) : 0);
-  if (!cs.ok || a.kv_cache.rank != 3 || a.block_table.rank != 2) return fallback;
-  const int64_t page = a.kv_cache.shape[1];
-  const int64_t max_len = a.max_len_hint > 0 ? a.max_len_hint : a.block_table.shape[1] * page;
-  const mla_tuning::Choice t = mla_tuning::lookup(a.q.dtype, cs.b, cs.q_len, cs.h, page, max_len);
+MlaDecodeConfig mla_decode_selected_config(const MlaDecodeShape& s) {
+  // Exactly what mla_decode picked before tuning existed, for any shape (even a bad one:
+  // the checks that follow report it).
+  const MlaDecodeConfig fallback =
+      mla_decode_default_config(s.dtype, s.num_heads, s.q_len, s.page_size);
+  if (s.batch < 0 || s.q_len < 1 || s.max_pages < 1) return fallback;
+  const int64_t max_len = s.max_len > 0 ? s.max_len : int64_t{s.max_pages} * s.page_size;
+  const mla_tuning::Choice t =
+      mla_tuning::lookup(s.dtype, s.batch, s.q_len, s.num_heads, s.page_size, max_len);
   return t.found ? t.config : fallback;
 }
 
