@@ -283,7 +283,7 @@ TEST_CASE("tune db: tuned_config without a database or a GPU is the heuristic's 
   CHECK_THROWS_AS(tuned_config("no_such_op", json::object()), Error);
   CHECK_THROWS_AS(tuned_config("tma_copy", {{"rows", -1}}), Error);
   // Calls without a config on CPU pick exactly the heuristic's config.
-  CHECK(tma_copy_selected_config(4096, 4096, DType::kBF16) == tma_copy_default_config(DType::kBF16));
+  CHECK(tma_copy_selected_config({DType::kBF16, 4096, 4096}) == tma_copy_default_config(DType::kBF16));
   MlaDecodeShape s{.batch = 4, .q_len = 2, .num_heads = 64, .page_size = 32, .max_pages = 25};
   CHECK(mla_decode_selected_config(s) == mla_decode_default_config(DType::kBF16, 64, 2, 32));
   s.num_heads = 24;  // no config runs h = 24

@@ -35,7 +35,7 @@ void check_copy(const TmaCopyConfig& config, int64_t rows, int64_t cols, int64_t
   dst.fill_byte(0xA5);  // poison: every byte of the view must be overwritten
   const TensorView s = TensorView::strided(src.data(), config.dtype, {rows, cols}, {ld, 1});
   const TensorView d = TensorView::strided(dst.data(), config.dtype, {rows, cols}, {ld, 1});
-  tma_copy(d, s, nullptr, &config);
+  tma_copy({.dst = d, .src = s}, nullptr, &config);
   test::synchronize();
   const std::vector<uint8_t> out = dst.download_as<uint8_t>(bytes);
   size_t wrong = 0, padding_touched = 0;
@@ -79,20 +79,22 @@ TEST_CASE("tma_copy tile shapes and stage counts", "[gpu][tma_copy]") {
   for (const TmaCopyConfig& c : configs) check_copy(c, 777, 2048 / dtype_bytes(c.dtype) - 16 / dtype_bytes(c.dtype), 2048 / dtype_bytes(c.dtype));
 }
 
-TEST_CASE("tma_copy replays from a CUDA graph after prepare", "[gpu][tma_copy][graph]") {
+TEST_CASE("tma_copy replays from a CUDA graph after its plan", "[gpu][tma_copy][graph]") {
   if (!test::gpu_or_skip()) return;
   const driver::Api& api = driver::api();
   const int64_t rows = 300, cols = 512;
   const size_t bytes = rows * cols * 2;
   DeviceBuffer src(bytes), dst(bytes);
   const TmaCopyConfig c = tma_copy_default_config(DType::kBF16);
-  tma_copy_prepare(c);
   CUstream stream;
   ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
-  const TensorView s = TensorView::contiguous(src.data(), DType::kBF16, {rows, cols});
-  const TensorView d = TensorView::contiguous(dst.data(), DType::kBF16, {rows, cols});
+  const TmaCopyArgs a{.dst = TensorView::contiguous(dst.data(), DType::kBF16, {rows, cols}),
+                      .src = TensorView::contiguous(src.data(), DType::kBF16, {rows, cols})};
+  const TmaCopyPlan plan = tma_copy_plan(tma_copy_shape(a), &c);  // compiles and loads: not in the capture
+  CHECK(plan.workspace_bytes == 0);
   ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
-  tma_copy(d, s, stream, &c);
+  tma_copy_schedule(plan, a, {}, stream);
+  tma_copy(a, plan, {}, stream);
   CUgraph graph;
   ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
   CUgraphExec exec;
@@ -114,20 +116,26 @@ TEST_CASE("tma_copy rejects bad arguments before launching", "[tma_copy][args]")
   // Needs no GPU: every check below runs before the driver is touched.
   alignas(256) static uint8_t fake[1 << 16];
   const TensorView ok = TensorView::contiguous(fake, DType::kBF16, {64, 64});
-  REQUIRE_ERROR(tma_copy(TensorView::contiguous(fake, DType::kBF16, {4, 64, 64}), ok, nullptr),
+  REQUIRE_ERROR(tma_copy({TensorView::contiguous(fake, DType::kBF16, {4, 64, 64}), ok}, nullptr),
                 ErrorKind::kBadArgument, "dst", "rank 2");
-  REQUIRE_ERROR(tma_copy(TensorView::contiguous(fake, DType::kF16, {64, 64}), ok, nullptr),
+  REQUIRE_ERROR(tma_copy({TensorView::contiguous(fake, DType::kF16, {64, 64}), ok}, nullptr),
                 ErrorKind::kBadArgument, "dst", "must be bf16");
-  REQUIRE_ERROR(tma_copy(TensorView::contiguous(fake, DType::kBF16, {64, 32}), ok, nullptr),
+  REQUIRE_ERROR(tma_copy({TensorView::contiguous(fake, DType::kBF16, {64, 32}), ok}, nullptr),
                 ErrorKind::kBadArgument, "dst", "shape");
-  REQUIRE_ERROR(tma_copy(ok, TensorView::contiguous(fake + 2, DType::kBF16, {64, 64}), nullptr),
+  REQUIRE_ERROR(tma_copy({ok, TensorView::contiguous(fake + 2, DType::kBF16, {64, 64})}, nullptr),
                 ErrorKind::kBadArgument, "src", "aligned");
-  REQUIRE_ERROR(tma_copy(TensorView::strided(fake, DType::kBF16, {64, 60}, {64, 1}),
-                         TensorView::strided(fake, DType::kBF16, {64, 60}, {60, 1}), nullptr),
+  REQUIRE_ERROR(tma_copy({TensorView::strided(fake, DType::kBF16, {64, 60}, {64, 1}),
+                          TensorView::strided(fake, DType::kBF16, {64, 60}, {60, 1})},
+                         nullptr),
                 ErrorKind::kBadArgument, "src", "16");  // 120-byte row stride
-  REQUIRE_ERROR(tma_copy(ok, TensorView::strided(fake, DType::kBF16, {64, 64}, {1, 64}), nullptr),
+  REQUIRE_ERROR(tma_copy({ok, TensorView::strided(fake, DType::kBF16, {64, 64}, {1, 64})}, nullptr),
                 ErrorKind::kBadArgument, "src");  // column-major
   TmaCopyConfig bad;
   bad.stages = 99;
-  REQUIRE_ERROR(tma_copy(ok, ok, nullptr, &bad), ErrorKind::kUnsupportedConfig, "stages");
+  REQUIRE_ERROR(tma_copy({ok, ok}, nullptr, &bad), ErrorKind::kUnsupportedConfig, "stages");
+  // A run checks the call against its plan (a plan built by hand: tma_copy_plan loads).
+  const TmaCopyPlan plan{{DType::kBF16, 64, 128}, tma_copy_default_config(DType::kBF16), 0};
+  REQUIRE_ERROR(tma_copy({ok, ok}, plan, {}, nullptr), ErrorKind::kBadArgument, "src",
+                "plan's bf16 [64, 128]");
+  REQUIRE_ERROR(tma_copy_plan({DType::kBF16, -1, 64}), ErrorKind::kBadArgument, "shape");
 }

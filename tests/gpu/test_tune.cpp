@@ -47,8 +47,9 @@ bool copy_is_exact(int64_t rows, int64_t cols) {
   test::DeviceBuffer src(bytes), dst(bytes);
   src.upload(host.data(), bytes);
   dst.fill_byte(0);
-  tma_copy(TensorView::contiguous(dst.data(), DType::kBF16, {rows, cols}),
-           TensorView::contiguous(src.data(), DType::kBF16, {rows, cols}), nullptr, nullptr);
+  tma_copy({TensorView::contiguous(dst.data(), DType::kBF16, {rows, cols}),
+            TensorView::contiguous(src.data(), DType::kBF16, {rows, cols})},
+           nullptr, nullptr);
   test::synchronize();
   std::vector<uint8_t> back(bytes);
   dst.download(back.data(), bytes);
@@ -100,10 +101,10 @@ TEST_CASE("tune gpu: a small tma_copy sweep completes and tma_copy(nullptr) uses
 
   UseDb use(db);
   const TmaCopyConfig want = TmaCopyConfig::from_json(best.dump());
-  CHECK(tma_copy_selected_config(2048, 2048, DType::kBF16) == want);
-  CHECK(tma_copy_selected_config(1500, 1100, DType::kBF16) == want);  // same bucket
-  CHECK(tma_copy_selected_config(4096, 2048, DType::kBF16) == tma_copy_default_config(DType::kBF16));
-  CHECK(tma_copy_selected_config(2048, 2048, DType::kE4M3) == tma_copy_default_config(DType::kE4M3));
+  CHECK(tma_copy_selected_config({DType::kBF16, 2048, 2048}) == want);
+  CHECK(tma_copy_selected_config({DType::kBF16, 1500, 1100}) == want);  // same bucket
+  CHECK(tma_copy_selected_config({DType::kBF16, 4096, 2048}) == tma_copy_default_config(DType::kBF16));
+  CHECK(tma_copy_selected_config({DType::kE4M3, 2048, 2048}) == tma_copy_default_config(DType::kE4M3));
   CHECK(copy_is_exact(2048, 2048));
   CHECK(copy_is_exact(1500, 1104));
 }
@@ -132,8 +133,8 @@ TEST_CASE("tune gpu: the runtime picks a non-default DB winner, and ignores anot
   tuning::save_merged(db, d);
   {
     UseDb use(db);
-    CHECK(tma_copy_selected_config(4096, 4096, DType::kBF16) == winner);
-    CHECK(tma_copy_selected_config(3000, 4000, DType::kBF16) == winner);
+    CHECK(tma_copy_selected_config({DType::kBF16, 4096, 4096}) == winner);
+    CHECK(tma_copy_selected_config({DType::kBF16, 3000, 4000}) == winner);
     CHECK(copy_is_exact(3000, 4000));
   }
   // Tuned on another GPU: the heuristic (and one warning naming the file, on stderr).
@@ -144,7 +145,7 @@ TEST_CASE("tune gpu: the runtime picks a non-default DB winner, and ignores anot
   const std::string db2 = (dir.path / "other.json").string();
   tuning::save_merged(db2, other);
   UseDb use(db2);
-  CHECK(tma_copy_selected_config(4096, 4096, DType::kBF16) == tma_copy_default_config(DType::kBF16));
+  CHECK(tma_copy_selected_config({DType::kBF16, 4096, 4096}) == tma_copy_default_config(DType::kBF16));
   CHECK(copy_is_exact(4096, 4096));
 }
 

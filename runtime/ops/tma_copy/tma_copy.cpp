@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "attnjit/error.hpp"
 #include "attnjit/tma.hpp"
@@ -132,28 +133,39 @@ TmaCopyConfig tma_copy_default_config(DType dtype) {
   return c;
 }
 
-void tma_copy_prepare(const TmaCopyConfig& config) {
-  const CUdevice dev = driver::current_device();
-  kernel_for(config, arch_of(driver::cached_device_info(dev))).prepare_current_device();
+TmaCopyShape tma_copy_shape(const TmaCopyArgs& a) {
+  check_rank(a.src, "src", 2);
+  return {a.src.dtype, a.src.shape[0], a.src.shape[1]};
 }
 
-void tma_copy(const TensorView& dst, const TensorView& src, CUstream stream,
-              const TmaCopyConfig* config) {
+namespace {
+
+// Every rule of a shape and of the config against it.
+void check_shape(const TmaCopyShape& s, const TmaCopyConfig& c) {
+  if (s.rows < 0 || s.cols < 0 || s.rows > INT32_MAX || s.cols > INT32_MAX)
+    fail_arg("shape", fmt::format("rows {} and cols {} must be 0..2^31 (TMA coordinates)",
+                                  s.rows, s.cols));
+  if (c.dtype != s.dtype && dtype_bytes(c.dtype) != dtype_bytes(s.dtype))
+    fail_arg("config", fmt::format("dtype {} does not match the tensors' {}", to_string(c.dtype),
+                                   to_string(s.dtype)));
+}
+
+// The tensor maps of a call: every host-visible rule of the tensors, checked against the
+// plan's shape (errors name the argument).
+std::pair<TmaMapSpec, TmaMapSpec> map_specs(const TmaCopyArgs& a, const TmaCopyPlan& plan) {
+  const TensorView &src = a.src, &dst = a.dst;
   check_rank(src, "src", 2);
   check_rank(dst, "dst", 2);
   check_dtype(dst, "dst", src.dtype);
   check_same_shape(src, "src", dst, "dst");
   check_same_device(src, "src", dst, "dst");
-  const int64_t rows = src.shape[0], cols = src.shape[1];
-  if (rows > INT32_MAX || cols > INT32_MAX)
-    fail_arg("src", fmt::format("dimensions must fit in int32 (TMA coordinates), got {}",
-                                src.describe()));
-  const TmaCopyConfig c = config ? *config : tma_copy_selected_config(rows, cols, src.dtype);
-  if (c.dtype != src.dtype && dtype_bytes(c.dtype) != dtype_bytes(src.dtype))
-    fail_arg("config", fmt::format("dtype {} does not match the tensors' {}", to_string(c.dtype),
-                                   to_string(src.dtype)));
+  const TmaCopyShape& p = plan.shape;
+  if (src.dtype != p.dtype || src.shape[0] != p.rows || src.shape[1] != p.cols)
+    fail_arg("src", fmt::format("{} is not the plan's {} [{}, {}] (tma_copy_plan)",
+                                src.describe(), to_string(p.dtype), p.rows, p.cols));
+  const TmaCopyConfig& c = plan.config;
   c.validate();
-  // Tensor-map rules are checked here, before anything touches the driver.
+  check_shape(p, c);
   TmaMapSpec src_spec;
   src_spec.tensor = src;
   src_spec.box[0] = static_cast<uint32_t>(c.block_m);
@@ -162,14 +174,43 @@ void tma_copy(const TensorView& dst, const TensorView& src, CUstream stream,
   src_spec.l2_promotion = TmaL2Promotion::k256B;
   TmaMapSpec dst_spec = src_spec;
   dst_spec.tensor = dst;
+  if (p.rows > 0 && p.cols > 0) {
+    validate_tma(src_spec, "src");
+    validate_tma(dst_spec, "dst");
+  }
+  return {src_spec, dst_spec};
+}
+
+}  // namespace
+
+TmaCopyPlan tma_copy_plan(const TmaCopyShape& shape, const TmaCopyConfig* config) {
+  TmaCopyPlan plan;
+  plan.shape = shape;
+  plan.config = config ? *config : tma_copy_selected_config(shape);
+  plan.config.validate();
+  check_shape(shape, plan.config);
+  const CUdevice dev = driver::current_device();
+  kernel_for(plan.config, arch_of(driver::cached_device_info(dev))).prepare_current_device();
+  return plan;
+}
+
+void tma_copy_schedule(const TmaCopyPlan& plan, const TmaCopyArgs& args, Workspace /*workspace*/,
+                       CUstream /*stream*/) {
+  map_specs(args, plan);  // what the run would refuse is refused here too
+}
+
+void tma_copy(const TmaCopyArgs& a, const TmaCopyPlan& plan, Workspace /*workspace*/,
+              CUstream stream) {
+  // Tensor-map rules are checked here, before anything touches the driver.
+  const auto [src_spec, dst_spec] = map_specs(a, plan);
+  const TmaCopyConfig& c = plan.config;
+  const int64_t rows = plan.shape.rows, cols = plan.shape.cols;
   if (rows == 0 || cols == 0) return;  // nothing to move; no launch
-  validate_tma(src_spec, "src");
-  validate_tma(dst_spec, "dst");
 
   const CUdevice dev = driver::current_device();
   const driver::DeviceInfo& info = driver::cached_device_info(dev);
-  if (src.device != static_cast<int>(dev))
-    fail_arg("src", fmt::format("lives on device {} but the current device is {}", src.device,
+  if (a.src.device != static_cast<int>(dev))
+    fail_arg("src", fmt::format("lives on device {} but the current device is {}", a.src.device,
                                 static_cast<int>(dev)));
   const jit::Kernel& kernel = kernel_for(c, arch_of(info));
   const TmaDescriptor src_map = encode_tma(src_spec, "src");
@@ -185,6 +226,15 @@ void tma_copy(const TensorView& dst, const TensorView& src, CUstream stream,
   void* args[] = {const_cast<TmaDescriptor*>(&src_map), const_cast<TmaDescriptor*>(&dst_map),
                   &rows32, &cols32};
   kernel.launch(shape, stream, args);
+}
+
+void tma_copy(const TmaCopyArgs& a, CUstream stream, const TmaCopyConfig* config) {
+  const TmaCopyShape shape = tma_copy_shape(a);
+  TmaCopyPlan unloaded{shape, config ? *config : tma_copy_selected_config(shape), 0};
+  map_specs(a, unloaded);  // every argument rule before the plan touches the device
+  if (shape.rows == 0 || shape.cols == 0) return;
+  const TmaCopyPlan plan = tma_copy_plan(shape, &unloaded.config);
+  tma_copy(a, plan, {}, stream);
 }
 
 namespace ops {

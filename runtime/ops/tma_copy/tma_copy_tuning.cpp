@@ -92,7 +92,8 @@ std::atomic<bool> g_warned_bad_entry{false};
 
 }  // namespace
 
-TmaCopyConfig tma_copy_selected_config(int64_t rows, int64_t cols, DType dtype) {
+TmaCopyConfig tma_copy_selected_config(const TmaCopyShape& shape) {
+  const auto [dtype, rows, cols] = shape;
   const TmaCopyConfig fallback = tma_copy_default_config(dtype);
   if (rows <= 0 || cols <= 0 || dtype_bytes(dtype) == 0) return fallback;
   int device = 0;

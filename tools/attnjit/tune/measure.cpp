@@ -60,10 +60,10 @@ class TmaCopyBench final : public Bench {
 
   std::function<void(int)> prepare(const json& candidate) override {
     const TmaCopyConfig config = TmaCopyConfig::from_json(candidate.dump());
-    tma_copy_prepare(config);
-    return [this, config](int i) {
+    const TmaCopyPlan plan = tma_copy_plan(tma_copy_shape({view(dst_[0]), view(src_[0])}), &config);
+    return [this, plan](int i) {
       const size_t k = static_cast<size_t>(i) % src_.size();
-      tma_copy(view(dst_[k]), view(src_[k]), nullptr, &config);
+      tma_copy({view(dst_[k]), view(src_[k])}, plan, {}, nullptr);
     };
   }
   void poison_output() override {

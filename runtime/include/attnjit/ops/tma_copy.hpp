@@ -33,26 +33,45 @@ struct TmaCopyConfig {
 // The built-in choice for a copy of `dtype` (before any tuning database is consulted).
 TmaCopyConfig tma_copy_default_config(DType dtype);
 
-// The config tma_copy(dst, src, stream, nullptr) uses for a rows × cols copy of `dtype`
-// on the current device: the tuning database's winner for that shape's bucket when it has
-// one for this GPU (attnjit/tuning.hpp, docs/tuning.md), else tma_copy_default_config.
-TmaCopyConfig tma_copy_selected_config(int64_t rows, int64_t cols, DType dtype);
+// One copy: dst[rows, cols] = src[rows, cols]. Both 2-D, same shape and dtype, last
+// dimension contiguous, 16-byte aligned, row strides a multiple of 16 bytes.
+struct TmaCopyArgs {
+  TensorView dst;
+  TensorView src;
+};
 
-// Compiles (if needed), loads and sets attributes on the current device, so that a later
-// tma_copy with this config does no compile/load — e.g. before a CUDA-graph capture.
-void tma_copy_prepare(const TmaCopyConfig& config);
+// Host-visible shape of a copy.
+struct TmaCopyShape {
+  DType dtype = DType::kBF16;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+TmaCopyShape tma_copy_shape(const TmaCopyArgs& args);  // src's dtype and sizes
 
-// Scratch bytes tma_copy needs for these tensors: none (the op-wide convention is that
-// every op reports its workspace for given shapes and the caller passes it in).
-inline size_t tma_copy_workspace_bytes(const TensorView& /*dst*/, const TensorView& /*src*/) {
-  return 0;
-}
+struct TmaCopyPlan {
+  TmaCopyShape shape;
+  TmaCopyConfig config;
+  size_t workspace_bytes = 0;  // always 0: a copy needs no scratch (the op-wide convention)
+};
 
-// dst[rows, cols] = src[rows, cols] on `stream` (current device's context). Both 2-D,
-// same shape and dtype, last dimension contiguous, 16-byte aligned, row strides a
-// multiple of 16 bytes. `config` = nullptr picks tma_copy_selected_config(rows, cols, dtype).
-// Needs no workspace.
-void tma_copy(const TensorView& dst, const TensorView& src, CUstream stream,
-              const TmaCopyConfig* config = nullptr);
+// The config tma_copy_plan picks without one: the tuning database's winner for the shape's
+// bucket on this GPU (attnjit/tuning.hpp, docs/tuning.md), else tma_copy_default_config.
+// Host only.
+TmaCopyConfig tma_copy_selected_config(const TmaCopyShape& shape);
+
+// The config for `shape`, compiled (or read from the disk cache) and loaded on the current
+// device, so that a run does no compile or load (e.g. before a CUDA-graph capture).
+TmaCopyPlan tma_copy_plan(const TmaCopyShape& shape, const TmaCopyConfig* config = nullptr);
+
+// Nothing depends on device-resident values: enqueues nothing (the op-wide convention).
+void tma_copy_schedule(const TmaCopyPlan& plan, const TmaCopyArgs& args, Workspace workspace,
+                       CUstream stream);
+
+// The copy on `stream` (current device's context), checked against the plan first.
+void tma_copy(const TmaCopyArgs& args, const TmaCopyPlan& plan, Workspace workspace,
+              CUstream stream);
+
+// Plan and run in one call (outside graph capture).
+void tma_copy(const TmaCopyArgs& args, CUstream stream, const TmaCopyConfig* config = nullptr);
 
 }  // namespace attnjit
