@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, synccheck, racecheck) over the GPU tests that run every
+# shipped kernel at small sizes: each op's main kernel, its combine and check kernels, and
+# the device-library tests. Each (tool, test) pair gets a time limit; a pair that runs
+# past it is reported as such, never as clean.
+#   tools/gpu_sanitize.sh TEST_BINARY OUT_DIR [PAIR_TIMEOUT_S]
+set -uo pipefail
+bin="$1" out="$2" limit="${3:-120}"
+mkdir -p "$out"
+export ATTNJIT_REQUIRE_GPU=1
+tests=(
+  "tma_copy replays from a CUDA graph after its plan"
+  "mla_decode lse is optional and does not change out"
+  "mla_decode with the softmax-warpgroup schedule"
+  "mla_decode checked mode names the first bad offset, length or table entry"
+  "mha_fwd lse is optional and does not change out"
+  "mha_fwd softcap, ALiBi and sinks (±inf included)"
+  "mha_fwd persistent launch"
+  "mha_fwd checked mode names the first bad offset, length or table entry"
+)
+status=0
+: >"$out/sanitize.txt"
+for tool in memcheck synccheck racecheck; do
+  for t in "${tests[@]}"; do
+    log="$out/$tool-$(echo "$t" | tr -c 'a-zA-Z0-9' '_' | cut -c1-60).log"
+    start=$(date +%s)
+    timeout -s KILL "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "$bin" "$t" >"$log" 2>&1
+    rc=$?
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+    case $rc in
+      0) verdict="clean" ;;
+      137|124) verdict="TIMED OUT after ${limit} s"; status=1 ;;
+      *) verdict="FAILED rc=$rc"; status=1 ;;
+    esac
+    printf '%-9s %-75s %-22s %4ss  %s\n' "$tool" "$t" "$verdict" "$(( $(date +%s) - start ))" \
+      "$summary" | tee -a "$out/sanitize.txt"
+  done
+done
+exit $status
