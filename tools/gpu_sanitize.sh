@@ -24,8 +24,9 @@ for tool in memcheck synccheck racecheck; do
   for t in "${tests[@]}"; do
     log="$out/$tool-$(echo "$t" | tr -c 'a-zA-Z0-9' '_' | cut -c1-60).log"
     start=$(date +%s)
+    # Catch2 reads a comma as "or" between test specs: escape the names' commas.
     timeout -s KILL "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "$bin" "$t" >"$log" 2>&1
+      "$bin" "${t//,/\\,}" >"$log" 2>&1
     rc=$?
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
     case $rc in
@@ -35,6 +36,11 @@ for tool in memcheck synccheck racecheck; do
     esac
     printf '%-9s %-75s %-22s %4ss  %s\n' "$tool" "$t" "$verdict" "$(( $(date +%s) - start ))" \
       "$summary" | tee -a "$out/sanitize.txt"
+    # One file back per run: the first reports of each failing pair, then its log removed.
+    if [ $rc != 0 ]; then
+      { echo "=== $tool: $t"; head -60 "$log"; } >>"$out/failures.txt"
+    fi
+    rm -f "$log"
   done
 done
 exit $status
