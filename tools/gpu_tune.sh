@@ -75,7 +75,7 @@ done
 ATTNJIT_TUNING_DB="$DB" timeout -s KILL 600 "$AJ" bench mla_decode --json >"$OUT_DIR/bench-tuned.jsonl" 2>>"$OUT_DIR/bench.err" || status=1
 ATTNJIT_TUNING_DB=off timeout -s KILL 600 "$AJ" bench mla_decode --json >"$OUT_DIR/bench-default.jsonl" 2>>"$OUT_DIR/bench.err" || status=1
 # mha_fwd the same way on the swept rows: `bench mha_fwd` without --config measures
-# mha_fwd_selected_config's pick and mha_fwd_num_splits' split count.
+# what mha_fwd_plan picks: mha_fwd_selected_config's tile and the database's split count.
 t0=$(date +%s.%N)
 for shape in b=4,seq=8192,h=32,d=64 b=4,seq=8192,h=16,d=128 b=4,seq=8192,h=8,d=256 b=4,seq=8192,h=16,d=192,dv=128; do
   for causal in 0 1; do

@@ -109,7 +109,7 @@ OpSpec mha_fwd_op_spec();
 OpSpec mha_fwd_combine_op_spec();
 TuningSpec tma_copy_tuning_spec();    // runtime/ops/tma_copy/tma_copy_tuning.cpp
 TuningSpec mla_decode_tuning_spec();  // runtime/ops/mla_decode/tuning.cpp
-TuningSpec mha_fwd_tuning_spec();     // runtime/ops/mha_fwd/mha_fwd_tuning.cpp
+TuningSpec mha_fwd_tuning_spec();     // runtime/ops/mha_fwd/tuning.cpp
 
 // Test-only families (op ids ≥ 1000) are not in the registry.
 inline constexpr uint32_t kTmaCopyOpId = 1;

@@ -70,7 +70,7 @@ TEST_CASE("mha_fwd default configs are valid for every head dim, mask and layout
                                       {KvLayout::kPaged, 64}, {KvLayout::kPaged, 256}}) {
             INFO(to_string(dtype) << " d " << d << " dv " << dv << " mask " << int(mask)
                                   << " ragged " << ragged << " paged " << page);
-            const MhaFwdConfig c = mha_fwd_default_config(dtype, d, dv, mask, ragged, layout, page);
+            const MhaFwdConfig c = mha_fwd_default_config({.dtype = dtype, .head_dim = d, .head_dim_v = dv, .mask = mask, .ragged = ragged, .kv_layout = layout, .page_size = page});
             REQUIRE_NOTHROW(c.validate());
             CHECK(c.dtype == dtype);
             CHECK(c.head_dim == d);
@@ -223,7 +223,7 @@ TEST_CASE("mha_fwd config JSON round-trips and rejects unknown or mistyped field
     for (auto [d, dv] : kHeadDims)
       for (MaskKind mask : kAllMasks)
         for (auto [layout, page] : {std::pair{KvLayout::kContiguous, 0}, {KvLayout::kPaged, 64}}) {
-          const MhaFwdConfig x = mha_fwd_default_config(dtype, d, dv, mask, true, layout, page);
+          const MhaFwdConfig x = mha_fwd_default_config({.dtype = dtype, .head_dim = d, .head_dim_v = dv, .mask = mask, .ragged = true, .kv_layout = layout, .page_size = page});
           CHECK(MhaFwdConfig::from_json(x.to_json()) == x);
           CHECK(x.to_json().find(std::string("\"") + std::string(to_string(mask)) + "\"") !=
                 std::string::npos);
@@ -261,8 +261,7 @@ TEST_CASE("mha_fwd config JSON round-trips and rejects unknown or mistyped field
 TEST_CASE("mha_fwd short calls take a smaller key tile only where it pays",
           "[config][mha_fwd]") {
   auto tile = [](int d, MaskKind m, int64_t s_k, KvLayout l = KvLayout::kContiguous) {
-    const MhaFwdConfig base = mha_fwd_default_config(DType::kBF16, d, d, m, false, l,
-                                                     l == KvLayout::kPaged ? 64 : 0);
+    const MhaFwdConfig base = mha_fwd_default_config({.head_dim = d, .head_dim_v = d, .mask = m, .kv_layout = l, .page_size = l == KvLayout::kPaged ? 64 : 0});
     const int n = ops::mha_short_call_block_n(base, s_k);
     if (n > 0) {  // whatever it picks is a valid config of the same features
       MhaFwdConfig c = base;
@@ -286,7 +285,7 @@ TEST_CASE("mha_fwd short calls take a smaller key tile only where it pays",
   // The grid launch (what packed groups run): d64 causal 64 keys up to 4k; d128 128 keys up
   // to 2k when causal, and unmasked where 192-key tiles leave a wasteful partial last tile.
   auto grid_tile = [](int d, MaskKind m, int64_t s_k) {
-    MhaFwdConfig base = mha_fwd_default_config(DType::kBF16, d, d, m, false, KvLayout::kContiguous, 0);
+    MhaFwdConfig base = mha_fwd_default_config({.head_dim = d, .head_dim_v = d, .mask = m});
     base.group = 8;
     base = ops::mha_grid_for_packed_groups(base);
     REQUIRE_FALSE(base.persistent);
@@ -354,7 +353,6 @@ MhaFwdArgs padded_args() {
   a.lse = view(4, DType::kF32, {HQ, B * SQ});
   a.batch = static_cast<int>(B);
   a.softmax_scale = 0.088f;
-  a.num_splits = 1;  // forced: the heuristic would need the device's SM count
   return a;
 }
 
@@ -372,7 +370,6 @@ MhaFwdArgs ragged_args() {
   a.max_seqlen_q = 64;
   a.max_seqlen_k = 96;
   a.softmax_scale = 0.088f;
-  a.num_splits = 1;
   return a;
 }
 
@@ -388,8 +385,23 @@ MhaFwdArgs paged_args() {
 
 MhaFwdConfig config(bool ragged = false, KvLayout layout = KvLayout::kContiguous,
                     MaskKind mask = MaskKind::kNone) {
-  return mha_fwd_default_config(DType::kBF16, static_cast<int>(D), static_cast<int>(D), mask, ragged,
-                                layout, layout == KvLayout::kPaged ? static_cast<int>(PAGE) : 0);
+  return mha_fwd_default_config({.head_dim = static_cast<int>(D),
+                                 .head_dim_v = static_cast<int>(D),
+                                 .mask = mask,
+                                 .ragged = ragged,
+                                 .kv_layout = layout,
+                                 .page_size = layout == KvLayout::kPaged ? static_cast<int>(PAGE) : 0});
+}
+
+// A plan for `a` built by hand (mha_fwd_plan would need the device's SM count and loads
+// kernels): the run checks the call against it before touching the device.
+MhaFwdPlan plan_of(const MhaFwdArgs& a, const MhaFwdConfig& c, int num_splits) {
+  MhaFwdPlan p;
+  p.shape = mha_fwd_shape(a, mha_fwd_features(c));
+  p.config = c;
+  p.num_splits = num_splits;
+  p.workspace_bytes = mha_fwd_workspace_bytes(p.shape, num_splits);
+  return p;
 }
 
 }  // namespace
@@ -400,17 +412,16 @@ TEST_CASE("mha_fwd rejects bad arguments before launching", "[config][mha_fwd][a
   const MhaFwdConfig padded = config();
   const MhaFwdConfig ragged = config(true);
   const MhaFwdConfig paged = config(false, KvLayout::kPaged);
-  auto run = [](const MhaFwdArgs& a, const MhaFwdConfig& c) { return [a, c] { mha_fwd(a, c, nullptr); }; };
+  auto run = [](const MhaFwdArgs& a, const MhaFwdConfig& c) { return [a, c] { mha_fwd(a, nullptr, c); }; };
 
   SECTION("the valid calls every other section breaks pass the host checks") {
-    // The heuristic split count runs the host checks and then asks the device for its SM
+    // The plan of a call's shape runs the host checks and then asks the device for its SM
     // count: a bad argument here would make every "bad" case below prove nothing. Without
     // a GPU the driver refuses afterwards (kDriver); with one, nothing is launched.
     for (auto [a, c] : {std::pair{padded_args(), padded}, {ragged_args(), ragged}, {paged_args(), paged}}) {
-      a.num_splits = 0;
       try {
-        const int splits = mha_fwd_num_splits(a, c);  // outside CHECK, which catches
-        CHECK(splits >= 1);
+        const int splits = mha_fwd_plan(mha_fwd_shape(a, mha_fwd_features(c)), &c).num_splits;
+        CHECK(splits >= 1);  // outside CHECK above, which catches
       } catch (const Error& e) {
         INFO(e.what());
         CHECK(e.kind() != bad);
@@ -641,49 +652,109 @@ TEST_CASE("mha_fwd rejects bad arguments before launching", "[config][mha_fwd][a
     a.alibi_slopes = view(10, f32, {HQ / 2});
     require_names(run(a, alibi), bad, {"alibi_slopes"});
   }
-  SECTION("splits and workspace") {
-    MhaFwdArgs a = padded_args();
-    a.num_splits = -1;
-    require_names(run(a, padded), bad, {"num_splits"});
-    const size_t need = mha_fwd_workspace_bytes(B * SQ, HQ, D, 4);
+  SECTION("a run's workspace") {
+    const MhaFwdArgs a = padded_args();
+    const MhaFwdPlan plan = plan_of(a, padded, 4);
+    const size_t need = plan.workspace_bytes;
     REQUIRE(need > 0);
-    a = padded_args();
-    a.num_splits = 4;
-    a.workspace = fake(11);
-    a.workspace_bytes = need - 1;
-    require_names(run(a, padded), bad, {"workspace"});
-    a.workspace = nullptr;
-    a.workspace_bytes = need;
-    require_names(run(a, padded), bad, {"workspace"});
-    a.workspace = fake(11, 4);  // 16-byte aligned partials
-    require_names(run(a, padded), bad, {"workspace"});
+    auto run_with = [&](Workspace ws) { return [&a, &plan, ws] { mha_fwd(a, plan, ws, nullptr); }; };
+    require_names(run_with({fake(11), need - 1}), bad, {"workspace"});
+    require_names(run_with({nullptr, need}), bad, {"workspace"});
+    require_names(run_with({fake(11, 4), need}), bad, {"workspace"});  // 16-byte aligned partials
+    REQUIRE_ERROR(mha_fwd_schedule(plan, a, {fake(11), need - 1}, nullptr), bad, "workspace",
+                  "mha_fwd_plan");
   }
   SECTION("an invalid config is refused as a config") {
     MhaFwdConfig c = padded;
     c.head_dim = 96;
-    REQUIRE_ERROR(mha_fwd(padded_args(), c, nullptr), ErrorKind::kUnsupportedConfig, "'head_dim");
+    REQUIRE_ERROR(mha_fwd(padded_args(), nullptr, c), ErrorKind::kUnsupportedConfig, "'head_dim");
   }
 }
 
-TEST_CASE("mha_fwd split count and workspace queries", "[config][mha_fwd][args]") {
-  MhaFwdArgs a = padded_args();
-  const MhaFwdConfig c = config();
-  for (int s : {1, 2, 7, 64}) {
-    a.num_splits = s;
-    CHECK(mha_fwd_num_splits(a, c) == s);  // forced counts are taken as given
-  }
-  CHECK(mha_fwd_workspace_bytes(B * SQ, HQ, D, 1) == 0);  // unsplit: outputs written directly
-  CHECK(mha_fwd_workspace_bytes(B * SQ, HQ, D, 0) == 0);
-  const size_t w2 = mha_fwd_workspace_bytes(B * SQ, HQ, D, 2);
-  const size_t w8 = mha_fwd_workspace_bytes(B * SQ, HQ, D, 8);
+TEST_CASE("mha_fwd shape and workspace queries", "[config][mha_fwd][args]") {
+  const MhaFwdShape s = mha_fwd_shape(padded_args(), mha_fwd_features(config()));
+  CHECK(s.batch == B);
+  CHECK(s.max_seqlen_q == SQ);
+  CHECK(s.max_seqlen_k == SK);
+  CHECK(s.total_q == B * SQ);
+  CHECK(s.h_q == HQ);
+  CHECK(s.h_kv == HKV);
+  const MhaFwdShape r = mha_fwd_shape(ragged_args(), mha_fwd_features(config(true)));
+  CHECK(r.total_q == TQ);
+  CHECK(r.max_seqlen_q == 64);
+  CHECK(r.max_seqlen_k == 96);
+  const MhaFwdShape p = mha_fwd_shape(paged_args(), mha_fwd_features(config(false, KvLayout::kPaged)));
+  CHECK(p.max_seqlen_k == MAXP * PAGE);  // 0: the table's capacity
+  CHECK(mha_fwd_workspace_bytes(s, 1) == 0);  // unsplit: outputs written directly
+  CHECK(mha_fwd_workspace_bytes(s, 0) == 0);
+  const size_t w2 = mha_fwd_workspace_bytes(s, 2);
+  const size_t w8 = mha_fwd_workspace_bytes(s, 8);
   CHECK(w2 > 0);
-  // At least the f32 partial outputs of every split.
-  CHECK(w8 >= size_t{8} * B * SQ * HQ * D * 4);
+  // The f32 partial outputs of every split, then their lse, 16-byte aligned.
+  CHECK(w8 == size_t{8} * B * SQ * HQ * D * 4 + (size_t{8} * B * SQ * HQ * 4 + 15) / 16 * 16);
   CHECK(w8 >= w2);
-  CHECK(mha_fwd_workspace_bytes(4 * B * SQ, HQ, D, 8) >= w8);
-  CHECK(mha_fwd_workspace_bytes(B * SQ, 2 * HQ, D, 8) >= w8);
-  CHECK(mha_fwd_workspace_bytes(B * SQ, HQ, 256, 8) >= w8);
+  MhaFwdShape wide = s;
+  wide.features.head_dim_v = 256;
+  CHECK(mha_fwd_workspace_bytes(wide, 8) >= w8);
   CHECK(w8 % 16 == 0);
+}
+
+TEST_CASE("mha_fwd_plan rejects a bad shape before touching the device", "[config][mha_fwd][args]") {
+  const MhaFwdConfig c = config();
+  const MhaFwdShape good = mha_fwd_shape(padded_args(), mha_fwd_features(c));
+  const auto bad = ErrorKind::kBadArgument;
+  auto plan_with = [&](auto edit) {
+    MhaFwdShape s = good;
+    edit(s);
+    return mha_fwd_plan(s, &c);
+  };
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.batch = -1; }), bad, "shape.batch");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.max_seqlen_q = -1; }), bad, "shape.max_seqlen_q");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.total_q = -1; }), bad, "shape.total_q");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.h_kv = 3; }), bad, "shape.h_q", "multiple");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.num_splits = 257; }), bad, "shape.num_splits");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.num_splits = -1; }), bad, "shape.num_splits");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.batch = 300, s.num_splits = 256; }), bad,
+                "shape.num_splits", "grid");
+  // A config carries the features it was built for: the shape's must be the same.
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.features.mask = MaskKind::kCausal; }), bad,
+                "shape.features.mask");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.features.sink = true; }), bad, "shape.features.sink");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.features.head_dim = 64; }), bad,
+                "shape.features.head_dim");
+  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.features.ragged = true; }), bad,
+                "shape.features.ragged");
+  MhaFwdConfig invalid = c;
+  invalid.head_dim = 96;
+  REQUIRE_ERROR(mha_fwd_plan(good, &invalid), ErrorKind::kUnsupportedConfig, "'head_dim");
+}
+
+TEST_CASE("mha_fwd refuses a call its plan was not made for", "[config][mha_fwd][args]") {
+  const auto bad = ErrorKind::kBadArgument;
+  const MhaFwdArgs a = padded_args();
+  const MhaFwdConfig c = config();
+  auto run = [&](const MhaFwdPlan& plan) { mha_fwd(a, plan, {}, nullptr); };
+  MhaFwdPlan p = plan_of(a, c, 1);
+  p.shape.batch = B + 1;
+  REQUIRE_ERROR(run(p), bad, "q", "batch = 3");
+  p = plan_of(a, c, 1);
+  p.shape.max_seqlen_q = SQ / 2;
+  REQUIRE_ERROR(run(p), bad, "q", "max_seqlen_q = 32");
+  p = plan_of(a, c, 1);
+  p.shape.total_q = B * SQ - 1;  // the plan's workspace would be too small
+  p.shape.max_seqlen_q = SQ;
+  REQUIRE_ERROR(run(p), bad, "q", "total_q");
+  p = plan_of(a, c, 1);
+  p.shape.h_kv = 1;
+  REQUIRE_ERROR(run(p), bad, "q", "h_q / h_kv");
+  p = plan_of(a, c, 1);
+  p.num_splits = 0;  // not a plan mha_fwd_plan makes
+  REQUIRE_ERROR(run(p), bad, "plan", "num_splits 0");
+  // A ragged call against its plan: the bound it sizes the grid with must be the plan's.
+  MhaFwdArgs r = ragged_args();
+  MhaFwdPlan rp = plan_of(r, config(true), 1);
+  r.max_seqlen_q = 63;
+  REQUIRE_ERROR(mha_fwd(r, rp, {}, nullptr), bad, "max_seqlen_q", "64");
 }
 
 // ---- the float64 reference itself -----------------------------------------------------

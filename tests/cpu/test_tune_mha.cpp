@@ -11,7 +11,7 @@
 #include "attnjit/ops/mha_fwd.hpp"
 #include "attnjit/tuning.hpp"
 #include "ops/mha_fwd/config.hpp"
-#include "ops/mha_fwd/mha_fwd_tuning.hpp"
+#include "ops/mha_fwd/internal.hpp"
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
 #include "test_cache_support.hpp"
@@ -128,10 +128,9 @@ TEST_CASE("tune mha_fwd: the default candidate is mha_fwd_default_config with th
   for (auto [d, dv] : std::vector<std::pair<int, int>>{{64, 64}, {128, 128}, {256, 256}, {192, 128}})
     for (int causal : {0, 1}) {
       const json c = t.default_candidate(t.canonical_shape(row(d, dv, causal)));
-      json want = json::parse(mha_fwd_default_config(DType::kBF16, d, dv,
-                                                     causal ? MaskKind::kCausal : MaskKind::kNone,
-                                                     false, KvLayout::kContiguous, 0)
-                                  .to_json());
+      json want = json::parse(
+          mha_fwd_default_config({.head_dim = d, .head_dim_v = dv, .mask = causal ? MaskKind::kCausal : MaskKind::kNone})
+              .to_json());
       want["num_splits"] = 0;
       CHECK(c == want);
     }
@@ -139,10 +138,7 @@ TEST_CASE("tune mha_fwd: the default candidate is mha_fwd_default_config with th
   json short_row = row(64, 64, 1);
   short_row["s_q"] = short_row["s_k"] = 1024;
   CHECK(t.default_candidate(t.canonical_shape(short_row))["block_n"] == 128);
-  MhaFwdConfig dec = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, false,
-                                            KvLayout::kContiguous, 0);
-  dec.group = 8;
-  dec = ops::mha_grid_for_packed_groups(dec);  // packed groups run the grid launch
+  const MhaFwdConfig dec = mha_fwd_default_config({.mask = MaskKind::kCausal, .group = 8});
   CHECK_FALSE(dec.persistent);
   json want = json::parse(dec.to_json());
   want["num_splits"] = 0;
@@ -196,11 +192,12 @@ TEST_CASE("tune mha_fwd: shape buckets (exact heads/dims/dtype/causal/group, pow
 }
 
 TEST_CASE("tune mha_fwd: a tuned tile keeps every feature field of the caller's config", "[tune]") {
-  MhaFwdConfig base = mha_fwd_default_config(DType::kF16, 128, 128, MaskKind::kCausal, true,
-                                             KvLayout::kContiguous, 0);
-  base.score_mod = ScoreMod::kSoftcap;
-  base.sink = true;
-  base.group = 4;
+  const MhaFwdConfig base = mha_fwd_default_config({.dtype = DType::kF16,
+                                                    .mask = MaskKind::kCausal,
+                                                    .score_mod = ScoreMod::kSoftcap,
+                                                    .ragged = true,
+                                                    .group = 4,
+                                                    .sink = true});
   const auto c = mha_tuning::apply(base, 128, 2);
   REQUIRE(c);
   MhaFwdConfig want = base;
@@ -209,9 +206,8 @@ TEST_CASE("tune mha_fwd: a tuned tile keeps every feature field of the caller's 
   CHECK(*c == want);
   CHECK_FALSE(mha_tuning::apply(base, 176, 3));  // 227 KiB: does not validate
 
-  MhaFwdConfig paged = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kNone, false,
-                                              KvLayout::kPaged, 64);
-  paged.group = 8;
+  const MhaFwdConfig paged = mha_fwd_default_config(
+      {.kv_layout = KvLayout::kPaged, .page_size = 64, .group = 8});
   CHECK_FALSE(mha_tuning::apply(paged, 176, 2));  // paged KV takes power-of-two tiles only
   const auto p = mha_tuning::apply(paged, 64, 3);
   REQUIRE(p);
@@ -222,50 +218,55 @@ TEST_CASE("tune mha_fwd: a tuned tile keeps every feature field of the caller's 
   CHECK(p->stages == 3);
 }
 
-TEST_CASE("tune mha_fwd: mha_fwd_selected_config without a database is the caller's config", "[tune]") {
+TEST_CASE("tune mha_fwd: mha_fwd_selected_config without a database is the default config",
+          "[tune]") {
   test::ScratchDir dir;
   test::ScopedEnv db("ATTNJIT_TUNING_DB", (dir.path / "missing.json").c_str());
   reload_tuning_db();
-  MhaFwdArgs a;
-  a.q = TensorView::contiguous(nullptr, DType::kBF16, {4, 8192, 16, 128});
-  a.k = TensorView::contiguous(nullptr, DType::kBF16, {4, 8192, 16, 128});
-  a.v = TensorView::contiguous(nullptr, DType::kBF16, {4, 8192, 16, 128});
-  MhaFwdConfig base = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, false,
-                                             KvLayout::kContiguous, 0);
-  base.sink = true;
-  CHECK(mha_fwd_selected_config(a, base) == base);
+  const MhaFwdShape a{.features = {.mask = MaskKind::kCausal, .sink = true},
+                      .batch = 4,
+                      .max_seqlen_q = 8192,
+                      .max_seqlen_k = 8192,
+                      .total_q = 4 * 8192,
+                      .h_q = 16,
+                      .h_kv = 16};
+  const MhaFwdConfig base = mha_fwd_default_config(a.features);
+  CHECK(base.sink);
+  CHECK(mha_fwd_selected_config(a) == base);
 
-  // Ragged and paged calls, a window mask, and tensors of the wrong rank: the same.
-  MhaFwdConfig ragged = mha_fwd_default_config(DType::kBF16, 64, 64, MaskKind::kNone, true,
-                                               KvLayout::kContiguous, 0);
-  MhaFwdArgs r;
-  r.q = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 64});
-  r.k = TensorView::contiguous(nullptr, DType::kBF16, {1000, 8, 64});
-  r.q_offsets = TensorView::contiguous(nullptr, DType::kI32, {5});
-  r.max_seqlen_q = 400;
-  CHECK(mha_fwd_selected_config(r, ragged) == ragged);
-  MhaFwdConfig paged = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, false,
-                                              KvLayout::kPaged, 64);
-  paged.group = 8;
-  MhaFwdArgs p;
-  p.q = TensorView::contiguous(nullptr, DType::kBF16, {64, 1, 16, 128});
-  p.k = TensorView::contiguous(nullptr, DType::kBF16, {4096, 64, 2, 128});
-  p.block_table = TensorView::contiguous(nullptr, DType::kI32, {64, 512});
-  CHECK(mha_fwd_selected_config(p, paged) == paged);
-  MhaFwdConfig window = base;
-  window.mask = MaskKind::kWindow;
-  CHECK(mha_fwd_selected_config(a, window) == window);
-  CHECK(mha_fwd_selected_config(MhaFwdArgs{}, base) == base);
+  // Ragged and paged shapes, a window mask, and an empty shape: the same.
+  const MhaFwdShape r{.features = {.head_dim = 64, .head_dim_v = 64, .ragged = true},
+                      .batch = 4,
+                      .max_seqlen_q = 400,
+                      .max_seqlen_k = 1000,
+                      .total_q = 1000,
+                      .h_q = 8,
+                      .h_kv = 8};
+  CHECK(mha_fwd_selected_config(r) == mha_fwd_default_config(r.features));
+  const MhaFwdShape p{
+      .features = {.mask = MaskKind::kCausal, .kv_layout = KvLayout::kPaged, .page_size = 64, .group = 8},
+      .batch = 64,
+      .max_seqlen_q = 1,
+      .max_seqlen_k = 512 * 64,
+      .total_q = 64,
+      .h_q = 16,
+      .h_kv = 2};
+  const MhaFwdConfig paged = mha_fwd_default_config(p.features);
+  CHECK(mha_fwd_selected_config(p) == paged);
+  MhaFwdShape window = a;
+  window.features.mask = MaskKind::kWindow;
+  CHECK(mha_fwd_selected_config(window) == mha_fwd_default_config(window.features));
+  CHECK(mha_fwd_selected_config(MhaFwdShape{}) == mha_fwd_default_config({}));
   // No tuned split count either.
   CHECK(mha_tuning::tuned_splits(paged, {64, 1, 32768, 16, 2}) == 0);
 
-  // A database of another GPU: still the caller's config (no GPU here, or a mismatch).
+  // A database of another GPU: still the default config (no GPU here, or a mismatch).
   test::write_text(dir.path / "other.json",
                    R"({"attnjit_tuning_db": 1, "environments": [{"fingerprint": {"gpu": "Not A GPU",
                        "sm_count": 1, "arch": "sm_90a", "driver": 1, "nvrtc": "13.0",
                        "attnjit": "0"}, "entries": []}]})");
   test::ScopedEnv other("ATTNJIT_TUNING_DB", (dir.path / "other.json").c_str());
   reload_tuning_db();
-  CHECK(mha_fwd_selected_config(a, base) == base);
+  CHECK(mha_fwd_selected_config(a) == base);
   reload_tuning_db();
 }

@@ -321,7 +321,7 @@ class MhaData {
   }
 
   // Views over the device buffers; workspace and split count are the caller's.
-  MhaFwdArgs args(bool want_lse, int num_splits) const {
+  MhaFwdArgs args(bool want_lse) const {
     const int64_t b = c_.batch(), hq = c_.h_q, hkv = c_.h_kv, d = c_.d, dv = c_.dv;
     const DType t = c_.dtype;
     MhaFwdArgs a;
@@ -362,7 +362,6 @@ class MhaData {
     a.window_left = c_.window_left;
     a.window_right = c_.window_right;
     a.chunk = c_.chunk;
-    a.num_splits = num_splits;
     return a;
   }
 
@@ -409,21 +408,32 @@ struct RunOptions {
   bool want_lse = true;
 };
 
-// One synchronous call on the default stream with poisoned outputs and workspace.
+// The plan of a call of `cfg` (shape read from the args; split count from `num_splits`).
+MhaFwdPlan plan_mha(const MhaFwdArgs& a, const MhaFwdConfig& cfg, int num_splits) {
+  MhaFwdShape shape = mha_fwd_shape(a, mha_fwd_features(cfg));
+  shape.num_splits = num_splits;
+  return mha_fwd_plan(shape, &cfg);
+}
+
+// One synchronous plan + schedule + run on the default stream with poisoned outputs and
+// workspace.
 RunResult run_mha(MhaData& d, const MhaFwdConfig& cfg, const RunOptions& o = {}) {
-  MhaFwdArgs a = d.args(o.want_lse, o.num_splits);
+  const MhaFwdArgs a = d.args(o.want_lse);
+  const MhaFwdPlan plan = plan_mha(a, cfg, o.num_splits);
   RunResult r;
-  r.splits = mha_fwd_num_splits(a, cfg);
+  r.splits = plan.num_splits;
   REQUIRE(r.splits >= 1);
   if (o.num_splits > 0) CHECK(r.splits == o.num_splits);
-  const size_t ws = mha_fwd_workspace_bytes(d.total_q(), d.spec().h_q, d.spec().dv, r.splits);
+  const size_t ws = plan.workspace_bytes;
+  CHECK(plan.shape.total_q == d.total_q());
+  CHECK(ws == mha_fwd_workspace_bytes(plan.shape, r.splits));
   if (r.splits == 1) CHECK(ws == 0);
   DeviceBuffer workspace(ws);
   workspace.fill_byte(0xFF);  // partials must be written before they are read
-  a.workspace = ws ? workspace.data() : nullptr;
-  a.workspace_bytes = ws;
+  const Workspace w{ws ? workspace.data() : nullptr, ws};
   d.poison_outputs();
-  mha_fwd(a, cfg, nullptr);
+  mha_fwd_schedule(plan, a, w, nullptr);
+  mha_fwd(a, plan, w, nullptr);
   test::synchronize();
   r.out = d.download_out();
   if (o.want_lse) r.lse = d.download_lse();
@@ -475,10 +485,16 @@ void judge(const MhaData& d, const MhaReference& ref, const RunResult& r, const 
 // (every head dim, mask, mod and group the issue lists is meant to be supported), not a skip.
 MhaFwdConfig config_for(const MhaCase& c) {
   try {
-    MhaFwdConfig cfg = mha_fwd_default_config(c.dtype, c.d, c.dv, c.mask, c.ragged, c.kv, c.page_size);
-    cfg.score_mod = c.mod;
-    cfg.sink = c.sink != SinkKind::kNone;
-    cfg.group = c.group;
+    MhaFwdConfig cfg = mha_fwd_default_config({.dtype = c.dtype,
+                                                .head_dim = c.d,
+                                                .head_dim_v = c.dv,
+                                                .mask = c.mask,
+                                                .score_mod = c.mod,
+                                                .ragged = c.ragged,
+                                                .kv_layout = c.kv,
+                                                .page_size = c.page_size,
+                                                .sink = c.sink != SinkKind::kNone});
+    cfg.group = c.group;  // the case's launch (persistent or not) below, whatever the group
     if (c.block_m > 0) cfg.block_m = c.block_m;
     if (c.block_n > 0) cfg.block_n = c.block_n;
     cfg.persistent = c.persistent;
@@ -488,6 +504,21 @@ MhaFwdConfig config_for(const MhaCase& c) {
     FAIL("no mha_fwd config for " << c.describe() << ": " << e.what());
     throw;
   }
+}
+
+// A plan of one query row that loads both of `c`'s kernels (a forced split needs the
+// combine): what an engine does before capturing a graph.
+MhaFwdPlan plan_for_config(const MhaFwdConfig& c) {
+  const int64_t h_q = std::max(c.group, 1);
+  return mha_fwd_plan({.features = mha_fwd_features(c),
+                       .batch = 1,
+                       .max_seqlen_q = 1,
+                       .max_seqlen_k = 1,
+                       .total_q = 1,
+                       .h_q = h_q,
+                       .h_kv = 1,
+                       .num_splits = 2},
+                      &c);
 }
 
 // Compiles and loads configs on several threads (NVRTC is single-threaded per compile).
@@ -514,7 +545,7 @@ void prepare_all(const std::vector<MhaFwdConfig>& configs) {
         i = next++;
       }
       try {
-        mha_fwd_prepare(unique[i]);
+        plan_for_config(unique[i]);
       } catch (const std::exception& e) {
         std::lock_guard lock(m);
         errors.push_back(fmt::format("{}: {}", unique[i].describe(), e.what()));
@@ -525,7 +556,7 @@ void prepare_all(const std::vector<MhaFwdConfig>& configs) {
   std::vector<std::thread> pool;
   for (size_t i = 0; i < n; ++i) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
-  for (const auto& e : errors) FAIL_CHECK("mha_fwd_prepare failed: " << e);
+  for (const auto& e : errors) FAIL_CHECK("mha_fwd_plan failed: " << e);
   REQUIRE(errors.empty());
 }
 
@@ -924,19 +955,19 @@ TEST_CASE("mha_fwd replays from a CUDA graph with new kv_lens and values",
   c.max_seqlen_k = 0;  // heuristic from the capacity: a fixed grid
   c.spare_pages = 8;
   const MhaFwdConfig cfg = config_for(c);
-  mha_fwd_prepare(cfg);  // nothing may compile, load or allocate inside the capture
   MhaData d(c);
-  MhaFwdArgs a = d.args(true, 0);
-  const int splits = mha_fwd_num_splits(a, cfg);
-  const size_t ws_bytes = mha_fwd_workspace_bytes(d.total_q(), c.h_q, c.dv, splits);
-  DeviceBuffer workspace(ws_bytes);
-  a.workspace = ws_bytes ? workspace.data() : nullptr;
-  a.workspace_bytes = ws_bytes;
+  const MhaFwdArgs a = d.args(true);
+  // Planned before the capture: nothing may compile, load or allocate inside it.
+  const MhaFwdPlan plan = plan_mha(a, cfg, 0);
+  const int splits = plan.num_splits;
+  DeviceBuffer workspace(plan.workspace_bytes);
+  const Workspace ws{plan.workspace_bytes ? workspace.data() : nullptr, plan.workspace_bytes};
 
   CUstream stream;
   ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
   ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
-  mha_fwd(a, cfg, stream);
+  mha_fwd_schedule(plan, a, ws, stream);
+  mha_fwd(a, plan, ws, stream);
   CUgraph graph;
   ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
   CUgraphExec exec;

@@ -50,21 +50,20 @@ TEST_CASE("mha_fwd checked mode names the first bad offset, length or table entr
     a.k_offsets = TensorView::contiguous(ko_d.data(), DType::kI32, {b + 1});
     a.max_seqlen_q = 30;
     a.softmax_scale = 0.125f;
-    a.num_splits = 1;
-    const MhaFwdConfig c = mha_fwd_default_config(DType::kBF16, d, d, MaskKind::kCausal, true,
-                                                  KvLayout::kContiguous, 0);
+    const MhaFwdConfig c =
+        mha_fwd_default_config({.head_dim = d, .head_dim_v = d, .mask = MaskKind::kCausal, .ragged = true});
     // Sequence 1's queries run past total_q.
     qo_d.upload(std::vector<int32_t>{0, 20, 41});
     ko_d.upload(std::vector<int32_t>{0, 30, 60});
-    REQUIRE_ERROR(mha_fwd(a, c, nullptr), ErrorKind::kBadArgument, "q_offsets[1] = 20",
+    REQUIRE_ERROR(mha_fwd(a, nullptr, c), ErrorKind::kBadArgument, "q_offsets[1] = 20",
                   "q_offsets[2] = 41");
     // Sequence 0's keys decrease.
     qo_d.upload(std::vector<int32_t>{0, 20, 40});
     ko_d.upload(std::vector<int32_t>{5, 3, 60});
-    REQUIRE_ERROR(mha_fwd(a, c, nullptr), ErrorKind::kBadArgument, "k_offsets[0] = 5");
+    REQUIRE_ERROR(mha_fwd(a, nullptr, c), ErrorKind::kBadArgument, "k_offsets[0] = 5");
     // Valid values pass the check and the call runs.
     ko_d.upload(std::vector<int32_t>{0, 30, 60});
-    REQUIRE_NOTHROW(mha_fwd(a, c, nullptr));
+    REQUIRE_NOTHROW(mha_fwd(a, nullptr, c));
     test::synchronize();
   }
 
@@ -84,20 +83,22 @@ TEST_CASE("mha_fwd checked mode names the first bad offset, length or table entr
     a.block_table = TensorView::contiguous(table_d.data(), DType::kI32, {b, max_pages});
     a.kv_lens = TensorView::contiguous(lens_d.data(), DType::kI32, {b});
     a.softmax_scale = 0.125f;
-    a.num_splits = 1;
-    const MhaFwdConfig c = mha_fwd_default_config(DType::kBF16, d, d, MaskKind::kCausal, false,
-                                                  KvLayout::kPaged, page);
+    const MhaFwdConfig c = mha_fwd_default_config({.head_dim = d,
+                                                   .head_dim_v = d,
+                                                   .mask = MaskKind::kCausal,
+                                                   .kv_layout = KvLayout::kPaged,
+                                                   .page_size = page});
     // Sequence 1 uses 3 pages (40 keys); its slot 2 holds 99. Slot 3 is past its length.
     table_d.upload(std::vector<int32_t>{0, 1, 2, 3, 3, 2, 99, -7});
     lens_d.upload(std::vector<int32_t>{64, 40});
-    REQUIRE_ERROR(mha_fwd(a, c, nullptr), ErrorKind::kBadArgument, "block_table[1][2] = 99",
+    REQUIRE_ERROR(mha_fwd(a, nullptr, c), ErrorKind::kBadArgument, "block_table[1][2] = 99",
                   "kv_lens[1] = 40");
     // A length past the table's capacity (4 pages × 16) is reported before table entries.
     lens_d.upload(std::vector<int32_t>{65, 40});
-    REQUIRE_ERROR(mha_fwd(a, c, nullptr), ErrorKind::kBadArgument, "kv_lens[0] = 65");
+    REQUIRE_ERROR(mha_fwd(a, nullptr, c), ErrorKind::kBadArgument, "kv_lens[0] = 65");
     table_d.upload(std::vector<int32_t>{0, 1, 2, 3, 3, 2, 1, -7});
     lens_d.upload(std::vector<int32_t>{64, 40});
-    REQUIRE_NOTHROW(mha_fwd(a, c, nullptr));
+    REQUIRE_NOTHROW(mha_fwd(a, nullptr, c));
     test::synchronize();
   }
 }

@@ -164,9 +164,8 @@ bool bench_shape(const MhaShape& s, const BenchOptions& o, const driver::DeviceI
   Buffer out_d(out_elems * esize), lse_d(static_cast<size_t>(s.h) * s.b * s.s_q * 4);
 
   const MaskKind mask = s.causal ? MaskKind::kCausal : MaskKind::kNone;
-  MhaFwdConfig config =
-      mha_fwd_default_config(s.dtype, s.d, s.dv, mask, false, KvLayout::kContiguous, 0);
-  config.group = s.group;
+  MhaFwdConfig config = mha_fwd_default_config(
+      {.dtype = s.dtype, .head_dim = s.d, .head_dim_v = s.dv, .mask = mask, .group = s.group});
   const MhaFwdConfig heuristic = config;
   // --config overrides fields of the row's default config (e.g. {"block_n":176,"stages":3}).
   if (!o.config.empty()) {
@@ -188,23 +187,23 @@ bool bench_shape(const MhaShape& s, const BenchOptions& o, const driver::DeviceI
     a.out = TensorView::contiguous(out_d.data(), s.dtype, {s.b, s.s_q, s.h, s.dv});
     a.lse = TensorView::contiguous(lse_d.data(), DType::kF32, {s.h, int64_t{s.b} * s.s_q});
     a.softmax_scale = scale;
-    a.num_splits = s.splits;
     return a;
   };
-  // Without --config: what the runtime picks (the tuning database's tile for this bucket
-  // on this GPU, else the heuristic's), so that is what gets measured.
-  if (o.config.empty()) config = mha_fwd_selected_config(args_for(0), config);
-  const int splits = mha_fwd_num_splits(args_for(0), config);
-  const size_t ws_bytes = mha_fwd_workspace_bytes(int64_t{s.b} * s.s_q, s.h, s.dv, splits);
-  Buffer workspace(ws_bytes);
-  auto call = [&](int set) {
-    MhaFwdArgs a = args_for(set);
-    a.workspace = ws_bytes ? workspace.data() : nullptr;
-    a.workspace_bytes = ws_bytes;
-    mha_fwd(a, config, nullptr);
-  };
+  // What an engine does: plan once for the batch shape (compiles or loads the kernels,
+  // untimed), then time the per-layer run. Without --config the plan picks what the runtime
+  // picks (the tuning database's tile for this bucket on this GPU, else the heuristic's), so
+  // that is what gets measured.
+  MhaFwdShape shape = mha_fwd_shape(args_for(0), mha_fwd_features(config));
+  shape.num_splits = s.splits;
+  const MhaFwdPlan plan = mha_fwd_plan(shape, o.config.empty() ? nullptr : &config);
+  config = plan.config;
+  const int splits = plan.num_splits;
+  Buffer workspace(plan.workspace_bytes);
+  const Workspace ws{plan.workspace_bytes ? workspace.data() : nullptr, plan.workspace_bytes};
+  mha_fwd_schedule(plan, args_for(0), ws, nullptr);
+  auto call = [&](int set) { mha_fwd(args_for(set), plan, ws, nullptr); };
 
-  // Correctness first (this call also compiles or loads the kernels, untimed).
+  // Correctness first.
   ATTNJIT_CU(cuMemsetD8Async, out_d.ptr, 0xFF, out_d.bytes, nullptr);
   ATTNJIT_CU(cuMemsetD8Async, lse_d.ptr, 0xFF, lse_d.bytes, nullptr);
   call(0);

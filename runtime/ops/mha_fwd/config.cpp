@@ -194,28 +194,33 @@ MhaFwdConfig MhaFwdConfig::from_json(std::string_view text) {
 
 std::string MhaFwdConfig::describe() const { return table().describe(*this); }
 
-MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, MaskKind mask,
-                                    bool ragged, KvLayout kv_layout, int page_size,
-                                    ScoreMod score_mod) {
+MhaFwdFeatures mha_fwd_features(const MhaFwdConfig& c) {
+  return {c.dtype,  c.head_dim,  c.head_dim_v, c.mask,  c.score_mod,
+          c.ragged, c.kv_layout, c.page_size,  c.group, c.sink};
+}
+
+MhaFwdConfig mha_fwd_default_config(const MhaFwdFeatures& f) {
   MhaFwdConfig c;
-  c.dtype = dtype;
-  c.head_dim = head_dim;
-  c.head_dim_v = head_dim_v;
-  c.mask = mask;
-  c.score_mod = score_mod;
-  c.ragged = ragged;
-  c.kv_layout = kv_layout;
-  c.page_size = kv_layout == KvLayout::kPaged ? page_size : 0;
+  c.dtype = f.dtype;
+  c.head_dim = f.head_dim;
+  c.head_dim_v = f.head_dim_v;
+  c.mask = f.mask;
+  c.score_mod = f.score_mod;
+  c.ragged = f.ragged;
+  c.kv_layout = f.kv_layout;
+  c.page_size = f.kv_layout == KvLayout::kPaged ? f.page_size : 0;
+  c.sink = f.sink;
   // Persistent launch for contiguous KV: 8–19 % faster on every bench row on an H100
   // (docs/bench-notes.md, session 6), the short rows most. Not for paged KV (grid launch as
   // before) nor for d256 with a score mod (its consumers spill at the 232-register cap).
-  const bool paged = kv_layout == KvLayout::kPaged;
-  c.persistent = !paged && (head_dim_v < 256 || score_mod == ScoreMod::kNone);
+  const bool paged = f.kv_layout == KvLayout::kPaged;
+  c.persistent = !paged && (f.head_dim_v < 256 || f.score_mod == ScoreMod::kNone);
   c.block_n = ops::mha_default_block_n(c);
   // 2 stages: a third never paid, except for persistent d64 unmasked (208 keys: 4k 2548
   // against 2599 µs; the tile is short enough that a load takes about as long as one).
-  c.stages = c.persistent && head_dim_v == 64 && mask == MaskKind::kNone ? 3 : 2;
-  return c;
+  c.stages = c.persistent && f.head_dim_v == 64 && f.mask == MaskKind::kNone ? 3 : 2;
+  c.group = f.group;
+  return ops::mha_grid_for_packed_groups(c);  // packed query heads: the grid launch
 }
 
 namespace ops {
@@ -308,6 +313,75 @@ void bind_mha_combine_config(OpSpec& op) {
 }
 nlohmann::json mha_combine_json(const MhaCombineConfig& c) {
   return nlohmann::json::parse(combine_table().to_json(c).dump());
+}
+
+// ---- registry ------------------------------------------------------------------------------
+
+
+OpSpec mha_fwd_op_spec() {
+  OpSpec op;
+  op.name = "mha_fwd";
+  op.id = kMhaFwdOpId;
+  op.summary = "FlashAttention forward: masks, GQA, ragged/paged KV, sinks, split-KV";
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    auto add = [&](const MhaFwdConfig& c) { set.push_back(nlohmann::json::parse(c.to_json())); };
+    const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+    for (DType dt : {DType::kBF16, DType::kF16})
+      for (auto [d, dv] : dims)
+        for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal}) {
+          MhaFwdConfig c = mha_fwd_default_config({.dtype = dt, .head_dim = d, .head_dim_v = dv, .mask = m});
+          add(c);
+          // The smaller tile mha_fwd_selected_config picks for short calls.
+          if (const int n = mha_short_call_block_n(c, 1024); n > 0) {
+            c.block_n = n;
+            add(c);
+          }
+        }
+    for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal}) {
+      add(mha_fwd_default_config({.mask = m, .ragged = true}));
+      add(mha_fwd_default_config({.mask = m, .kv_layout = KvLayout::kPaged, .page_size = 64}));
+      add(mha_fwd_default_config(
+          {.mask = m, .ragged = true, .kv_layout = KvLayout::kPaged, .page_size = 64}));
+    }
+    for (MaskKind m : {MaskKind::kWindow, MaskKind::kCausalWindow, MaskKind::kChunked})
+      add(mha_fwd_default_config({.mask = m, .ragged = true}));
+    for (ScoreMod mod : {ScoreMod::kSoftcap, ScoreMod::kAlibi}) {
+      add(mha_fwd_default_config({.mask = MaskKind::kCausal, .score_mod = mod, .ragged = true}));
+    }
+    add(mha_fwd_default_config({.mask = MaskKind::kCausal, .ragged = true, .sink = true}));
+    // Decode with GQA 8: packed query heads over a paged cache and a padded one.
+    for (KvLayout l : {KvLayout::kPaged, KvLayout::kContiguous}) {
+      add(mha_fwd_default_config({.mask = MaskKind::kCausal,
+                                  .kv_layout = l,
+                                  .page_size = l == KvLayout::kPaged ? 64 : 0,
+                                  .group = 8}));
+    }
+    return set;
+  };
+  bind_mha_fwd_config(op);
+  op.tuning = mha_fwd_tuning_spec();
+  return op;
+}
+
+OpSpec mha_fwd_combine_op_spec() {
+  OpSpec op;
+  op.name = "mha_fwd_combine";
+  op.id = kMhaFwdCombineOpId;
+  op.summary = "merges mha_fwd's split-KV partials through their lse (launched by mha_fwd)";
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (DType dt : {DType::kBF16, DType::kF16})
+      for (int dv : {64, 128, 256})
+        for (bool ragged : {false, true})
+          set.push_back(mha_combine_json({dt, dv, ragged, false}));
+    set.push_back(mha_combine_json({DType::kBF16, 128, true, true}));
+    return set;
+  };
+  bind_mha_combine_config(op);
+  return op;
 }
 
 }  // namespace ops

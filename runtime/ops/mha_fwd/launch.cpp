@@ -1,10 +1,9 @@
-// Host side of mha_fwd: argument checks (all before any launch), the split heuristic,
-// tensor maps, the checked mode, and the launches (main kernel, then the combine kernel
-// through programmatic dependent launch when the KV range is split).
+// mha_fwd's plan and launches: the split choice, the workspace, the tensor maps and the two
+// kernels (the main kernel, then the combine kernel through programmatic dependent launch
+// when the KV range is split).
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 #include "attnjit/error.hpp"
@@ -15,14 +14,13 @@
 #include "mha_fwd/layout.cuh"
 #include "ops/launch_support.hpp"
 #include "ops/mha_fwd/config.hpp"
-#include "ops/mha_fwd/mha_fwd_tuning.hpp"
-#include "ops/registry.hpp"
+#include "ops/mha_fwd/internal.hpp"
 
 namespace attnjit {
 namespace {
 
-constexpr int kMaxSplits = 256;
-constexpr int kMaxGridYZ = 65535;
+using mha_detail::kMaxGridYZ;
+using mha_detail::kMaxSplits;
 namespace dev = layout::mha_fwd;  // the kernels' layout (kernel_templates/mha_fwd/layout.cuh)
 
 const int* i32_ptr(const TensorView& t) { return static_cast<const int*>(t.data); }
@@ -32,168 +30,12 @@ ops::MhaCombineConfig combine_config(const MhaFwdConfig& c) {
   return {c.dtype, c.head_dim_v, c.ragged, c.sink};
 }
 
-// ---- argument checks ---------------------------------------------------------------
-
-void check_tensor(const TensorView& t, const char* name, DType dtype) {
-  check_dtype(t, name, dtype);
-  if (!t.is_contiguous())
-    fail_arg(name, fmt::format("must be contiguous (row-major), got {}", t.describe()));
-  check_aligned(t, name, dtype_bytes(dtype) >= 4 ? 4 : 16);
-}
-
-void check_dims(const TensorView& t, const char* name, std::initializer_list<int64_t> dims,
-                const char* layout) {
-  bool ok = t.data != nullptr && t.rank == static_cast<int>(dims.size());
-  int d = 0;
-  for (int64_t want : dims) {
-    if (ok && want >= 0 && t.shape[static_cast<size_t>(d)] != want) ok = false;
-    ++d;
-  }
-  if (!ok) fail_arg(name, fmt::format("must be {}, got {}", layout, t.data ? t.describe() : "null"));
-}
-
-struct Shapes {
-  int64_t b = 0, s_q = 0, s_k = 0, total_q = 0, total_k = 0, h_q = 0, h_kv = 0;
-  int64_t max_s_q = 0;       // grid bound on query positions per sequence
-  int64_t max_s_k = 0;       // bound on keys per sequence (split heuristic)
-  int64_t num_pages = 0, max_pages = 0;
-};
-
-Shapes check_args(const MhaFwdArgs& a, const MhaFwdConfig& c) {
-  const bool paged = c.kv_layout == KvLayout::kPaged;
-  const int d = c.head_dim, dv = c.head_dim_v;
-  Shapes s;
-  // q and out
-  if (c.ragged) {
-    check_dims(a.q, "q", {-1, -1, d}, fmt::format("rank 3 [total_q, h_q, {}] (ragged)", d).c_str());
-    s.total_q = a.q.shape[0];
-    s.h_q = a.q.shape[1];
-    check_dims(a.q_offsets, "q_offsets", {-1}, "rank 1 [b+1] i32 (ragged)");
-    check_tensor(a.q_offsets, "q_offsets", DType::kI32);
-    s.b = a.q_offsets.shape[0] - 1;
-    if (s.b < 0) fail_arg("q_offsets", "needs b+1 ≥ 1 entries");
-    if (a.batch != 0 && a.batch != s.b)
-      fail_arg("batch", fmt::format("is {} but q_offsets has {} entries (b+1)", a.batch, s.b + 1));
-    if (a.max_seqlen_q < 0 || a.max_seqlen_q > s.total_q)
-      fail_arg("max_seqlen_q", fmt::format("must be in 0..total_q = {} (a bound on every q "
-                                           "length; it sizes the grid), got {}",
-                                           s.total_q, a.max_seqlen_q));
-    s.max_s_q = a.max_seqlen_q;
-  } else {
-    check_dims(a.q, "q", {-1, -1, -1, d}, fmt::format("rank 4 [b, s_q, h_q, {}] (padded)", d).c_str());
-    s.b = a.q.shape[0];
-    s.s_q = s.max_s_q = a.q.shape[1];
-    s.h_q = a.q.shape[2];
-    s.total_q = s.b * s.s_q;
-  }
-  if (a.q.dtype != c.dtype)
-    fail_arg("q", fmt::format("dtype {} does not match the config's {}", to_string(a.q.dtype),
-                              to_string(c.dtype)));
-  check_tensor(a.q, "q", c.dtype);
-  if (c.ragged)
-    check_dims(a.out, "out", {s.total_q, s.h_q, dv}, fmt::format("[total_q, h_q, {}] like q", dv).c_str());
-  else
-    check_dims(a.out, "out", {s.b, s.s_q, s.h_q, dv}, fmt::format("[b, s_q, h_q, {}] like q", dv).c_str());
-  check_tensor(a.out, "out", c.dtype);
-  if (a.lse.data != nullptr) {
-    check_dims(a.lse, "lse", {s.h_q, s.total_q}, "rank 2 [h_q, total_q] f32");
-    check_tensor(a.lse, "lse", DType::kF32);
-  }
-
-  // k and v
-  if (paged) {
-    check_dims(a.k, "k", {-1, c.page_size, -1, d},
-               fmt::format("rank 4 [pages, page_size = {}, h_kv, {}] (paged)", c.page_size, d).c_str());
-    s.num_pages = a.k.shape[0];
-    s.h_kv = a.k.shape[2];
-    check_dims(a.v, "v", {s.num_pages, c.page_size, s.h_kv, dv},
-               fmt::format("[pages, page_size, h_kv, {}] like k", dv).c_str());
-    check_dims(a.block_table, "block_table", {s.b, -1}, "rank 2 [b, max_pages] i32 (paged)");
-    check_tensor(a.block_table, "block_table", DType::kI32);
-    s.max_pages = a.block_table.shape[1];
-    check_dims(a.kv_lens, "kv_lens", {s.b}, "rank 1 [b] i32 (paged)");
-    check_tensor(a.kv_lens, "kv_lens", DType::kI32);
-    if (s.num_pages < 1 || s.max_pages < 1)
-      fail_arg("block_table", fmt::format("needs ≥ 1 page in the pool ({}) and per sequence ({})",
-                                          s.num_pages, s.max_pages));
-    if (s.num_pages * c.page_size > INT32_MAX || s.max_pages * c.page_size > INT32_MAX)
-      fail_arg("k", "page pool and table capacity must stay below 2^31 rows");
-    const int64_t cap = s.max_pages * c.page_size;
-    if (a.max_seqlen_k < 0 || a.max_seqlen_k > cap)
-      fail_arg("max_seqlen_k", fmt::format("must be in 0..max_pages × page_size = {} (0: the "
-                                           "capacity), got {}",
-                                           cap, a.max_seqlen_k));
-    s.max_s_k = a.max_seqlen_k > 0 ? a.max_seqlen_k : cap;
-  } else if (c.ragged) {
-    check_dims(a.k, "k", {-1, -1, d}, fmt::format("rank 3 [total_k, h_kv, {}] (ragged)", d).c_str());
-    s.total_k = a.k.shape[0];
-    s.h_kv = a.k.shape[1];
-    check_dims(a.v, "v", {s.total_k, s.h_kv, dv}, fmt::format("[total_k, h_kv, {}] like k", dv).c_str());
-    check_dims(a.k_offsets, "k_offsets", {s.b + 1}, "rank 1 [b+1] i32 like q_offsets (ragged)");
-    check_tensor(a.k_offsets, "k_offsets", DType::kI32);
-    if (a.max_seqlen_k < 0 || a.max_seqlen_k > s.total_k)
-      fail_arg("max_seqlen_k", fmt::format("must be in 0..total_k = {} (0: total_k), got {}",
-                                           s.total_k, a.max_seqlen_k));
-    s.max_s_k = a.max_seqlen_k > 0 ? a.max_seqlen_k : s.total_k;
-  } else {
-    check_dims(a.k, "k", {s.b, -1, -1, d}, fmt::format("rank 4 [b, s_k, h_kv, {}] (padded)", d).c_str());
-    s.s_k = s.max_s_k = a.k.shape[1];
-    s.h_kv = a.k.shape[2];
-    s.total_k = s.b * s.s_k;
-    check_dims(a.v, "v", {s.b, s.s_k, s.h_kv, dv}, fmt::format("[b, s_k, h_kv, {}] like k", dv).c_str());
-  }
-  check_tensor(a.k, "k", c.dtype);
-  check_tensor(a.v, "v", c.dtype);
-  if (s.total_q > INT32_MAX || s.total_k > INT32_MAX)
-    fail_arg("q", "row counts must stay below 2^31 (offsets are int32)");
-
-  // heads
-  if (s.h_q < 1 || s.h_kv < 1 || s.h_q % s.h_kv != 0)
-    fail_arg("k", fmt::format("h_q = {} must be a positive multiple of h_kv = {} (GQA/MQA)", s.h_q, s.h_kv));
-  if (s.h_q > kMaxGridYZ)
-    fail_arg("q", fmt::format("h_q = {} exceeds the grid's {} heads", s.h_q, kMaxGridYZ));
-  if (c.group > 0 && s.h_q != c.group * s.h_kv)
-    fail_arg("q", fmt::format("the config packs group = {} query heads per KV head, but h_q / "
-                              "h_kv = {} / {}",
-                              c.group, s.h_q, s.h_kv));
-
-  // per-head vectors and run-time values
-  if (c.sink) {
-    check_dims(a.sink, "sink", {s.h_q}, "rank 1 [h_q] f32 (config.sink)");
-    check_tensor(a.sink, "sink", DType::kF32);
-  }
-  if (c.score_mod == ScoreMod::kAlibi) {
-    check_dims(a.alibi_slopes, "alibi_slopes", {s.h_q}, "rank 1 [h_q] f32 (score_mod alibi)");
-    check_tensor(a.alibi_slopes, "alibi_slopes", DType::kF32);
-  }
-  if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale))
-    fail_arg("softmax_scale", fmt::format("must be a positive finite number, got {}", a.softmax_scale));
-  if (c.score_mod == ScoreMod::kSoftcap && (!(a.softcap > 0.0f) || !std::isfinite(a.softcap)))
-    fail_arg("softcap", fmt::format("must be a positive finite cap for score_mod softcap, got {}", a.softcap));
-  if (c.mask == MaskKind::kWindow || c.mask == MaskKind::kCausalWindow) {
-    if (a.window_left < -1)
-      fail_arg("window_left", fmt::format("must be ≥ -1 (-1 = unbounded), got {}", a.window_left));
-    if (c.mask == MaskKind::kWindow && a.window_right < -1)
-      fail_arg("window_right", fmt::format("must be ≥ -1 (-1 = unbounded), got {}", a.window_right));
-  }
-  if (c.mask == MaskKind::kChunked && a.chunk < 1)
-    fail_arg("chunk", fmt::format("must be ≥ 1 token for the chunked mask, got {}", a.chunk));
-  if (a.num_splits < 0 || a.num_splits > kMaxSplits)
-    fail_arg("num_splits", fmt::format("must be 0 (heuristic) or 1..{}, got {}", kMaxSplits, a.num_splits));
-
-  for (const TensorView* t : {&a.k, &a.v, &a.out})
-    if (t->device != a.q.device)
-      fail_arg("tensors", fmt::format("must all be on q's device {}, found one on device {}",
-                                      a.q.device, t->device));
-  return s;
-}
-
-int64_t heads_on_grid(const Shapes& s, const MhaFwdConfig& c) { return c.group > 0 ? s.h_kv : s.h_q; }
-int64_t m_tiles(const Shapes& s, const MhaFwdConfig& c) {
+int64_t heads_on_grid(const mha_detail::Sizes& s, const MhaFwdConfig& c) { return c.group > 0 ? s.h_kv : s.h_q; }
+int64_t m_tiles(const mha_detail::Sizes& s, const MhaFwdConfig& c) {
   return (s.max_s_q * std::max(c.group, 1) + c.block_m - 1) / c.block_m;
 }
 
-int heuristic_splits(const Shapes& s, const MhaFwdConfig& c, int sm_count) {
+int heuristic_splits(const mha_detail::Sizes& s, const MhaFwdConfig& c, int sm_count) {
   const int64_t ctas = m_tiles(s, c) * heads_on_grid(s, c) * s.b;
   if (ctas == 0 || ctas >= sm_count) return 1;
   const int64_t kv_tiles = std::max<int64_t>(1, (s.max_s_k + c.block_n - 1) / c.block_n);
@@ -205,74 +47,25 @@ int heuristic_splits(const Shapes& s, const MhaFwdConfig& c, int sm_count) {
   return static_cast<int>(std::clamp<int64_t>(std::min({splits, kv_tiles / 4, by_grid}), 1, kMaxSplits));
 }
 
-// Calls with num_splits = 0: the tuning database's split count for these shapes when it
+// The sizes the split choice reads, from a plan's shape.
+mha_detail::Sizes split_sizes(const MhaFwdShape& p) {
+  mha_detail::Sizes s;
+  s.b = p.batch;
+  s.max_s_q = p.max_seqlen_q;
+  s.max_s_k = p.max_seqlen_k;
+  s.h_q = p.h_q;
+  s.h_kv = p.h_kv;
+  return s;
+}
+
+// Plans without a forced count: the tuning database's split count for these shapes when it
 // has one (mha_tuning::tuned_splits), else the heuristic's.
-int default_splits(const Shapes& s, const MhaFwdConfig& c, int sm_count) {
+int chosen_splits(const MhaFwdShape& p, const MhaFwdConfig& c, int sm_count) {
+  if (p.num_splits > 0) return p.num_splits;
+  const mha_detail::Sizes s = split_sizes(p);
   const int t = mha_tuning::tuned_splits(c, {s.b, s.max_s_q, s.max_s_k, s.h_q, s.h_kv});
   return t > 0 ? t : heuristic_splits(s, c, sm_count);
 }
-
-void check_workspace(const MhaFwdArgs& a, const Shapes& s, const MhaFwdConfig& c, int splits) {
-  const size_t need = mha_fwd_workspace_bytes(s.total_q, static_cast<int>(s.h_q), c.head_dim_v, splits);
-  if (need == 0) return;
-  if (a.workspace == nullptr || a.workspace_bytes < need)
-    fail_arg("workspace", fmt::format("{} splits need {} B (mha_fwd_workspace_bytes), got {} B at {}",
-                                      splits, need, a.workspace_bytes, a.workspace));
-  if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0)
-    fail_arg("workspace", fmt::format("pointer {} must be 16-byte aligned", a.workspace));
-}
-
-// ---- checked mode ----------------------------------------------------------------------
-
-void device_check(const MhaFwdArgs& a, const MhaFwdConfig& c, const Shapes& s, Arch arch,
-                  CUstream stream) {
-  const bool paged = c.kv_layout == KvLayout::kPaged;
-  if (!c.ragged && !paged) return;  // nothing lives on the GPU
-  const jit::Kernel& k =
-      ops::mha_check_kernel({.ragged = c.ragged, .paged = paged, .page_size = c.page_size}, arch);
-  if (s.b == 0) return;
-  const unsigned long long found = ops::run_device_check(stream, [&](unsigned long long* word) {
-    dev::CheckArgs ca{i32_ptr(a.q_offsets), i32_ptr(a.k_offsets), i32_ptr(a.kv_lens),
-                      i32_ptr(a.block_table), word, static_cast<int>(s.b),
-                      static_cast<int>(s.total_q), static_cast<int>(s.total_k),
-                      static_cast<int>(s.max_s_q), static_cast<int>(s.max_pages),
-                      static_cast<int>(s.num_pages)};
-    jit::LaunchShape shape;
-    shape.grid[0] = static_cast<unsigned>(s.b);
-    shape.block[0] = dev::kCheckThreads;
-    void* args[] = {&ca};
-    k.launch(shape, stream, args);
-  });
-  if (found == ~0ull) return;
-  const int b = static_cast<int>(found >> 32);
-  const int kind = static_cast<int>((found >> 24) & 0xff);
-  const int slot = static_cast<int>(found & 0xffffff);
-  auto read_i32 = [](const TensorView& t, int64_t index) { return ops::read_device_i32(t.data, index); };
-  switch (static_cast<dev::CheckKind>(kind)) {
-    case dev::CheckKind::kQOffsets:
-      fail_arg("q_offsets", fmt::format("ATTNJIT_CHECK: sequence {} spans q_offsets[{}] = {} .. "
-                                        "q_offsets[{}] = {}, outside 0..total_q = {}, decreasing, "
-                                        "or longer than max_seqlen_q = {}",
-                                        b, b, read_i32(a.q_offsets, b), b + 1,
-                                        read_i32(a.q_offsets, b + 1), s.total_q, s.max_s_q));
-    case dev::CheckKind::kKOffsets:
-      fail_arg("k_offsets", fmt::format("ATTNJIT_CHECK: sequence {} spans k_offsets[{}] = {} .. "
-                                        "k_offsets[{}] = {}, outside 0..total_k = {} or decreasing",
-                                        b, b, read_i32(a.k_offsets, b), b + 1,
-                                        read_i32(a.k_offsets, b + 1), s.total_k));
-    case dev::CheckKind::kKvLens:
-      fail_arg("kv_lens", fmt::format("ATTNJIT_CHECK: kv_lens[{}] = {} is outside 0..{} "
-                                      "(max_pages × page_size)",
-                                      b, read_i32(a.kv_lens, b), s.max_pages * c.page_size));
-    default:
-      fail_arg("block_table", fmt::format("ATTNJIT_CHECK: block_table[{}][{}] = {} is not a page "
-                                          "(0..{}), and kv_lens[{}] = {} makes it visible",
-                                          b, slot, read_i32(a.block_table, b * s.max_pages + slot),
-                                          s.num_pages - 1, b, read_i32(a.kv_lens, b)));
-  }
-}
-
-// ---- tensor maps -----------------------------------------------------------------------
 
 TmaMapSpec tile_map(void* data, DType dtype, std::initializer_list<int64_t> dims,
                     std::array<uint32_t, kMaxRank> box, int device) {
@@ -285,34 +78,48 @@ TmaMapSpec tile_map(void* data, DType dtype, std::initializer_list<int64_t> dims
 
 }  // namespace
 
-size_t mha_fwd_workspace_bytes(int64_t total_q, int h_q, int head_dim_v, int num_splits) {
+size_t mha_fwd_workspace_bytes(const MhaFwdShape& shape, int num_splits) {
   if (num_splits <= 1) return 0;
-  const size_t rows = static_cast<size_t>(num_splits) * static_cast<size_t>(total_q) *
-                      static_cast<size_t>(h_q);
-  const size_t out = rows * static_cast<size_t>(head_dim_v) * sizeof(float);
+  const size_t rows = static_cast<size_t>(num_splits) * static_cast<size_t>(shape.total_q) *
+                      static_cast<size_t>(shape.h_q);
+  const size_t out = rows * static_cast<size_t>(shape.features.head_dim_v) * sizeof(float);
   return out + (rows * sizeof(float) + 15) / 16 * 16;  // partial outputs, then their lse
 }
 
-int mha_fwd_num_splits(const MhaFwdArgs& args, const MhaFwdConfig& config) {
-  if (args.num_splits > 0) return args.num_splits;
-  config.validate();
-  const Shapes s = check_args(args, config);
+MhaFwdPlan mha_fwd_plan(const MhaFwdShape& shape, const MhaFwdConfig* config) {
+  MhaFwdPlan plan;
+  plan.shape = shape;
+  plan.config = config ? *config : mha_fwd_selected_config(shape);
+  plan.config.validate();
+  mha_detail::check_shape(shape, plan.config);
   const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
-  return default_splits(s, config, info.sm_count);
-}
-
-void mha_fwd_prepare(const MhaFwdConfig& config) {
-  config.validate();
-  const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
+  plan.num_splits = chosen_splits(shape, plan.config, info.sm_count);
+  plan.workspace_bytes = mha_fwd_workspace_bytes(shape, plan.num_splits);
   const Arch arch = ops::device_arch(info);
-  ops::mha_main_kernel(config, arch).prepare_current_device();
-  ops::mha_combine_kernel(combine_config(config), arch).prepare_current_device();
+  ops::mha_main_kernel(plan.config, arch).prepare_current_device();
+  if (plan.num_splits > 1)
+    ops::mha_combine_kernel(combine_config(plan.config), arch).prepare_current_device();
+  return plan;
 }
 
-void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
+void mha_fwd_schedule(const MhaFwdPlan& plan, const MhaFwdArgs& args, Workspace workspace,
+                      CUstream stream) {
+  // Nothing reads a device-resident value ahead of the run: nothing to enqueue. The checks
+  // keep a call that would fail in the run from passing here.
+  (void)stream;
+  const mha_detail::Sizes s = mha_detail::check_args(args, plan.config);
+  mha_detail::check_matches_plan(s, plan);
+  ops::check_workspace(workspace, mha_fwd_workspace_bytes(plan.shape, plan.num_splits),
+                       "mha_fwd_plan");
+}
+
+void mha_fwd(const MhaFwdArgs& a, const MhaFwdPlan& plan, Workspace workspace, CUstream stream) {
+  const MhaFwdConfig& c = plan.config;
   c.validate();
-  const Shapes s = check_args(a, c);
-  if (a.num_splits > 0) check_workspace(a, s, c, a.num_splits);
+  const mha_detail::Sizes s = mha_detail::check_args(a, c);
+  mha_detail::check_matches_plan(s, plan);
+  const int splits = plan.num_splits;
+  ops::check_workspace(workspace, mha_fwd_workspace_bytes(plan.shape, splits), "mha_fwd_plan");
   const int group = std::max(c.group, 1);
   const bool paged = c.kv_layout == KvLayout::kPaged;
   const int span = 128 / dtype_bytes(c.dtype);  // columns per 128B-swizzled box
@@ -350,21 +157,16 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
     fail_arg("q", fmt::format("lives on device {} but the current device is {}", a.q.device,
                               static_cast<int>(dev)));
   const driver::DeviceInfo& info = driver::cached_device_info(dev);
-  const int splits = a.num_splits > 0 ? a.num_splits : default_splits(s, c, info.sm_count);
-  if (a.num_splits == 0) check_workspace(a, s, c, splits);
-  if (s.b * splits > kMaxGridYZ)
-    fail_arg("num_splits", fmt::format("b × num_splits = {} × {} exceeds the grid's {}", s.b, splits,
-                                       kMaxGridYZ));
   const Arch arch = ops::device_arch(info);
   const jit::Kernel& main = ops::mha_main_kernel(c, arch);
   const jit::Kernel* combine = splits > 1 ? &ops::mha_combine_kernel(combine_config(c), arch) : nullptr;
-  if (check_mode()) device_check(a, c, s, arch, stream);
+  if (check_mode()) mha_detail::device_check(a, c, s, arch, stream);
 
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
   const TmaDescriptor k_map = encode_tma(k_spec, "k");
   const TmaDescriptor v_map = encode_tma(v_spec, "v");
   const size_t part_rows = static_cast<size_t>(splits) * static_cast<size_t>(s.total_q * s.h_q);
-  float* part_out = splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
+  float* part_out = splits > 1 ? static_cast<float*>(workspace.data) : nullptr;
   float* part_lse = splits > 1 ? part_out + part_rows * static_cast<size_t>(c.head_dim_v) : nullptr;
   dev::Args ka{};
   ka.q_offsets = i32_ptr(a.q_offsets);
@@ -435,78 +237,23 @@ void mha_fwd(const MhaFwdArgs& a, const MhaFwdConfig& c, CUstream stream) {
   combine->launch(cshape, stream, combine_args);
 }
 
-// ---- registry ----------------------------------------------------------------------------
-
-namespace ops {
-
-OpSpec mha_fwd_op_spec() {
-  OpSpec op;
-  op.name = "mha_fwd";
-  op.id = kMhaFwdOpId;
-  op.summary = "FlashAttention forward: masks, GQA, ragged/paged KV, sinks, split-KV";
-  op.archs = {kSm90a};
-  op.default_set = [] {
-    std::vector<nlohmann::json> set;
-    auto add = [&](const MhaFwdConfig& c) { set.push_back(nlohmann::json::parse(c.to_json())); };
-    const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
-    for (DType dt : {DType::kBF16, DType::kF16})
-      for (auto [d, dv] : dims)
-        for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal}) {
-          MhaFwdConfig c = mha_fwd_default_config(dt, d, dv, m, false, KvLayout::kContiguous, 0);
-          add(c);
-          // The smaller tile mha_fwd_selected_config picks for short calls.
-          if (const int n = mha_short_call_block_n(c, 1024); n > 0) {
-            c.block_n = n;
-            add(c);
-          }
-        }
-    for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal}) {
-      add(mha_fwd_default_config(DType::kBF16, 128, 128, m, true, KvLayout::kContiguous, 0));
-      add(mha_fwd_default_config(DType::kBF16, 128, 128, m, false, KvLayout::kPaged, 64));
-      add(mha_fwd_default_config(DType::kBF16, 128, 128, m, true, KvLayout::kPaged, 64));
-    }
-    for (MaskKind m : {MaskKind::kWindow, MaskKind::kCausalWindow, MaskKind::kChunked})
-      add(mha_fwd_default_config(DType::kBF16, 128, 128, m, true, KvLayout::kContiguous, 0));
-    for (ScoreMod mod : {ScoreMod::kSoftcap, ScoreMod::kAlibi}) {
-      add(mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, true,
-                                 KvLayout::kContiguous, 0, mod));
-    }
-    MhaFwdConfig sink = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, true,
-                                               KvLayout::kContiguous, 0);
-    sink.sink = true;
-    add(sink);
-    // Decode with GQA 8: packed query heads over a paged cache and a padded one.
-    for (KvLayout l : {KvLayout::kPaged, KvLayout::kContiguous}) {
-      MhaFwdConfig dec = mha_fwd_default_config(DType::kBF16, 128, 128, MaskKind::kCausal, false, l,
-                                                l == KvLayout::kPaged ? 64 : 0);
-      dec.group = 8;
-      add(mha_grid_for_packed_groups(dec));  // what mha_fwd_selected_config runs
-    }
-    return set;
-  };
-  bind_mha_fwd_config(op);
-  op.tuning = mha_fwd_tuning_spec();
-  return op;
+void mha_fwd(const MhaFwdArgs& a, CUstream stream, const MhaFwdConfig& config) {
+  config.validate();
+  // Every argument rule is reported before the plan touches the device.
+  const mha_detail::Sizes s = mha_detail::check_args(a, config);
+  if (s.b == 0 || s.max_s_q == 0 || s.total_q == 0) return;  // no query rows: nothing to write
+  MhaFwdShape shape;
+  shape.features = mha_fwd_features(config);
+  shape.batch = s.b;
+  shape.max_seqlen_q = s.max_s_q;
+  shape.max_seqlen_k = s.max_s_k;
+  shape.total_q = s.total_q;
+  shape.h_q = s.h_q;
+  shape.h_kv = s.h_kv;
+  const MhaFwdPlan plan = mha_fwd_plan(shape, &config);
+  const ops::StreamWorkspace workspace(plan.workspace_bytes, stream);
+  mha_fwd_schedule(plan, a, workspace.get(), stream);
+  mha_fwd(a, plan, workspace.get(), stream);
 }
 
-OpSpec mha_fwd_combine_op_spec() {
-  OpSpec op;
-  op.name = "mha_fwd_combine";
-  op.id = kMhaFwdCombineOpId;
-  op.summary = "merges mha_fwd's split-KV partials through their lse (launched by mha_fwd)";
-  op.archs = {kSm90a};
-  op.default_set = [] {
-    std::vector<nlohmann::json> set;
-    for (DType dt : {DType::kBF16, DType::kF16})
-      for (int dv : {64, 128, 256})
-        for (bool ragged : {false, true})
-          set.push_back(mha_combine_json({dt, dv, ragged, false}));
-    set.push_back(mha_combine_json({DType::kBF16, 128, true, true}));
-    return set;
-  };
-  bind_mha_combine_config(op);
-  return op;
-}
-
-}  // namespace ops
 }  // namespace attnjit

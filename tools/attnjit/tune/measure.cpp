@@ -260,19 +260,17 @@ class MhaFwdBench final : public Bench {
     const int wanted = config.value("num_splits", 0);
     config.erase("num_splits");
     const MhaFwdConfig c = MhaFwdConfig::from_json(config.dump());
-    mha_fwd_prepare(c);
-    const int splits = mha_fwd_num_splits(args_for(0, wanted), c);  // 0 → the heuristic's (no DB)
-    const size_t ws = mha_fwd_workspace_bytes(b_ * s_q_, static_cast<int>(h_), c.head_dim_v, splits);
-    if (ws > 0 && (!workspace_ || workspace_->bytes < ws)) {
+    MhaFwdShape shape = mha_fwd_shape(args_for(0), mha_fwd_features(c));
+    shape.num_splits = wanted;  // 0 → the heuristic's (the worker has no DB)
+    const MhaFwdPlan plan = mha_fwd_plan(shape, &c);
+    if (plan.workspace_bytes > 0 && (!workspace_ || workspace_->bytes < plan.workspace_bytes)) {
       workspace_.reset();
-      workspace_ = std::make_unique<Buffer>(ws);
+      workspace_ = std::make_unique<Buffer>(plan.workspace_bytes);
     }
-    void* ws_ptr = ws > 0 ? workspace_->data() : nullptr;
-    return [this, c, splits, ws, ws_ptr](int i) {
-      MhaFwdArgs a = args_for(static_cast<size_t>(i) % q_.size(), splits);
-      a.workspace = ws_ptr;
-      a.workspace_bytes = ws;
-      mha_fwd(a, c, nullptr);
+    const Workspace ws{plan.workspace_bytes > 0 ? workspace_->data() : nullptr,
+                       plan.workspace_bytes};
+    return [this, plan, ws](int i) {
+      mha_fwd(args_for(static_cast<size_t>(i) % q_.size()), plan, ws, nullptr);
     };
   }
   void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr, 0xFF, out_->bytes, nullptr); }
@@ -301,7 +299,7 @@ class MhaFwdBench final : public Bench {
   }
 
  private:
-  MhaFwdArgs args_for(size_t set, int splits) const {
+  MhaFwdArgs args_for(size_t set) const {
     MhaFwdArgs a;
     a.q = TensorView::contiguous(q_[set].data(), dtype_, {b_, s_q_, h_, d_});
     a.k = TensorView::contiguous(k_[set].data(), dtype_, {b_, s_k_, h_kv_, d_});
@@ -309,7 +307,6 @@ class MhaFwdBench final : public Bench {
     a.out = TensorView::contiguous(out_->data(), dtype_, {b_, s_q_, h_, dv_});
     a.lse = TensorView::contiguous(lse_->data(), DType::kF32, {h_, b_ * s_q_});
     a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_));  // as the bench
-    a.num_splits = splits;
     return a;
   }
 

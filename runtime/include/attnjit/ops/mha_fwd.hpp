@@ -93,40 +93,87 @@ struct MhaFwdArgs {
   int window_left = -1;      // window / causal_window: ≥ -1 (-1 = unbounded)
   int window_right = -1;     // window: ≥ -1
   int chunk = 0;             // chunked: chunk size > 0
-  int num_splits = 0;        // split-KV partitions; 0 = heuristic (host-visible numbers only)
-  void* workspace = nullptr; // split partials (mha_fwd_workspace_bytes)
-  size_t workspace_bytes = 0;
 };
 
-// The config the runtime picks for these shapes and features (before any tuning database);
-// score_mod is carried into it (a default argument keeps the common call short).
-MhaFwdConfig mha_fwd_default_config(DType dtype, int head_dim, int head_dim_v, MaskKind mask,
-                                    bool ragged, KvLayout kv_layout, int page_size,
-                                    ScoreMod score_mod = ScoreMod::kNone);
+// What selects the kernel and cannot be read from the tensors: the mask, the score mod,
+// the layouts, packed query heads, sinks.
+struct MhaFwdFeatures {
+  DType dtype = DType::kBF16;
+  int head_dim = 128;
+  int head_dim_v = 128;
+  MaskKind mask = MaskKind::kNone;
+  ScoreMod score_mod = ScoreMod::kNone;
+  bool ragged = false;
+  KvLayout kv_layout = KvLayout::kContiguous;
+  int page_size = 0;  // paged KV only
+  int group = 0;      // 0, or query heads packed per KV head (MhaFwdConfig::group)
+  bool sink = false;
+};
 
-// The config to call with for these shapes: `base` (e.g. mha_fwd_default_config plus the
-// call's group, sink, score mod) with the key tile and ring depth (block_n, stages) of the
-// tuning database's winner for the shapes' bucket on this GPU (attnjit/tuning.hpp,
-// docs/tuning.md) when it has one and it validates with base's features. Packed query heads
-// (group > 0) run the grid launch (persistent = false, its default tile). Without a tuned
-// entry, short calls get a smaller key tile where the key count makes it pay (d64 causal:
-// 128 keys up to 2k when persistent, 64 up to 4k on the grid launch; d128 up to 2k: 128 —
-// see docs/bench-notes.md); else `base`. Every other
-// field of `base` is kept. Masks other than none and causal: `base`.
-MhaFwdConfig mha_fwd_selected_config(const MhaFwdArgs& args, MhaFwdConfig base);
+// The built-in config for these features (before any tuning database).
+MhaFwdConfig mha_fwd_default_config(const MhaFwdFeatures& features);
 
-// The split count a call with `args` and `config` will use: args.num_splits when set, else
-// the tuning database's for the shapes' bucket when it has one (decode-like shapes), else
-// the heuristic's — a function of batch, heads, the length bounds and the SM count only.
-int mha_fwd_num_splits(const MhaFwdArgs& args, const MhaFwdConfig& config);
+// The features a config was built for.
+MhaFwdFeatures mha_fwd_features(const MhaFwdConfig& config);
 
-// Workspace bytes for total_q query rows × h_q heads × dv split num_splits ways (0 unsplit).
-size_t mha_fwd_workspace_bytes(int64_t total_q, int h_q, int head_dim_v, int num_splits);
+// What an engine knows when it captures a batch shape: the features and the host-visible
+// sizes and bounds.
+struct MhaFwdShape {
+  MhaFwdFeatures features;
+  int64_t batch = 0;
+  int64_t max_seqlen_q = 0;  // bound on every sequence's query count (padded: s_q); sizes the grid
+  int64_t max_seqlen_k = 0;  // bound on every sequence's keys (padded: s_k; ragged: 0 = total_k;
+                             // paged: 0 = max_pages × page_size); the split choice reads it
+  int64_t total_q = 0;       // query rows (padded: b · s_q; ragged: q's dim 0); sizes the workspace
+  int64_t h_q = 0;
+  int64_t h_kv = 0;
+  int num_splits = 0;        // split-KV partitions, 1..256; 0: the tuning database's for the
+                             // shapes' bucket (decode-like shapes), else the heuristic's
+};
 
-// Compiles/loads the kernels of `config` on the current device (e.g. before graph capture).
-void mha_fwd_prepare(const MhaFwdConfig& config);
+// The shape of `args` under `features`. Throws Error(kBadArgument) naming the argument when
+// a tensor breaks a rule of the layout the features choose.
+MhaFwdShape mha_fwd_shape(const MhaFwdArgs& args, const MhaFwdFeatures& features);
 
-// Runs the forward pass on `stream`. Every argument is checked before anything is launched.
-void mha_fwd(const MhaFwdArgs& args, const MhaFwdConfig& config, CUstream stream);
+// The config mha_fwd_plan picks for `shape` without one (host only): the default config of
+// its features with the key tile and ring depth (block_n, stages) of the tuning database's
+// winner for the shapes' bucket on this GPU (attnjit/tuning.hpp, docs/tuning.md) when it has
+// one and it validates. Without a tuned entry, short calls get a smaller key tile where the
+// key count makes it pay (d64 causal: 128 keys up to 2k when persistent, 64 up to 4k on the
+// grid launch; d128 up to 2k: 128 — see docs/bench-notes.md). Packed query heads run the grid
+// launch. Masks other than none and causal: the default config.
+MhaFwdConfig mha_fwd_selected_config(const MhaFwdShape& shape);
+
+// Workspace bytes of a plan (0 when unsplit); host only.
+size_t mha_fwd_workspace_bytes(const MhaFwdShape& shape, int num_splits);
+
+// Computed once per captured batch shape and reused by every layer and step of it.
+struct MhaFwdPlan {
+  MhaFwdShape shape;
+  MhaFwdConfig config;         // the kernel that runs (its features are the shape's)
+  int num_splits = 1;          // partitions of each sequence's keys (1: no combine kernel)
+  size_t workspace_bytes = 0;  // caller-owned scratch the run needs (0: none)
+};
+
+// The config, split count and workspace for `shape`, with the kernels compiled (or read
+// from the disk cache) and loaded on the current device. `config` = nullptr:
+// mha_fwd_selected_config(shape); a given config must have the shape's features. The split
+// choice reads the shape and the device's SM count only (CUDA-graph capturable). Throws
+// before anything is compiled when the shape or config breaks a rule.
+MhaFwdPlan mha_fwd_plan(const MhaFwdShape& shape, const MhaFwdConfig* config = nullptr);
+
+// Per step: nothing depends on device-resident values ahead of the run, so this checks the
+// call and enqueues nothing (the op-wide convention).
+void mha_fwd_schedule(const MhaFwdPlan& plan, const MhaFwdArgs& args, Workspace workspace,
+                      CUstream stream);
+
+// Per layer: the forward pass on `stream` (the main kernel, then the combine kernel when
+// split). Every argument is checked against the plan before anything is launched; nothing
+// is compiled, loaded or allocated (CUDA-graph capturable).
+void mha_fwd(const MhaFwdArgs& args, const MhaFwdPlan& plan, Workspace workspace, CUstream stream);
+
+// One call that plans (with `config`, which carries the features), schedules and runs with
+// a workspace it allocates on `stream`. For use outside graph capture.
+void mha_fwd(const MhaFwdArgs& args, CUstream stream, const MhaFwdConfig& config);
 
 }  // namespace attnjit

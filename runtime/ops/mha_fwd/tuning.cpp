@@ -1,7 +1,7 @@
 // mha_fwd's autotuning: shape, bucket, search space (registry TuningSpec; the split count
 // is a run-time field of decode-like shapes' candidates) and the runtime's choice
 // (mha_fwd_selected_config, and the split count of calls with num_splits = 0).
-#include "ops/mha_fwd/mha_fwd_tuning.hpp"
+#include "ops/mha_fwd/internal.hpp"
 
 #include <fmt/format.h>
 
@@ -29,8 +29,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kShapeKeys = "b, s_q, s_k, h, h_kv, d, dv, causal, dtype, group";
-constexpr int kMaxSplits = 256;     // mha_fwd's own bound on num_splits
-constexpr int kMaxGridYZ = 65535;   // bound on b × num_splits, and on heads
+using mha_detail::kMaxGridYZ;
+using mha_detail::kMaxSplits;  // mha_fwd's own bound on num_splits
 constexpr int kDecodeRows = 128;    // one CTA's query rows (block_m)
 
 // Few CTAs per (batch, head): s_q · g query rows fit one 128-row tile. Only these shapes
@@ -97,12 +97,12 @@ std::string bucket(const json& s) {
 }
 
 MhaFwdConfig default_config_of(const json& s) {
-  MhaFwdConfig c = mha_fwd_default_config(
-      *parse_dtype(s.at("dtype").get<std::string>()), s.at("d").get<int>(), s.at("dv").get<int>(),
-      s.at("causal").get<int>() != 0 ? MaskKind::kCausal : MaskKind::kNone, false,
-      KvLayout::kContiguous, 0);
-  c.group = s.at("group").get<int>();
-  return ops::mha_grid_for_packed_groups(c);
+  return mha_fwd_default_config(
+      {.dtype = *parse_dtype(s.at("dtype").get<std::string>()),
+       .head_dim = s.at("d").get<int>(),
+       .head_dim_v = s.at("dv").get<int>(),
+       .mask = s.at("causal").get<int>() != 0 ? MaskKind::kCausal : MaskKind::kNone,
+       .group = s.at("group").get<int>()});
 }
 
 json candidate_json(const MhaFwdConfig& c, int num_splits) {
@@ -160,37 +160,6 @@ std::shared_mutex g_memo_mutex;
 std::vector<std::pair<MemoKey, mha_tuning::Choice>> g_memo;
 uint64_t g_memo_generation = 0;
 std::atomic<bool> g_warned_bad_entry{false};
-
-// The call's sizes as check_args reads them (max_s_q, max_s_k); nullopt when the tensors
-// do not have the layout's ranks (the call's own checks report that).
-std::optional<mha_tuning::CallSizes> sizes_of(const MhaFwdArgs& a, const MhaFwdConfig& c) {
-  mha_tuning::CallSizes z;
-  if (c.ragged) {
-    if (a.q.rank != 3 || a.q_offsets.rank != 1) return std::nullopt;
-    z.b = a.q_offsets.shape[0] - 1;
-    z.s_q = a.max_seqlen_q;
-    z.h = a.q.shape[1];
-  } else {
-    if (a.q.rank != 4) return std::nullopt;
-    z.b = a.q.shape[0];
-    z.s_q = a.q.shape[1];
-    z.h = a.q.shape[2];
-  }
-  if (c.kv_layout == KvLayout::kPaged) {
-    if (a.k.rank != 4 || a.block_table.rank != 2) return std::nullopt;
-    z.h_kv = a.k.shape[2];
-    z.s_k = a.max_seqlen_k > 0 ? a.max_seqlen_k : a.block_table.shape[1] * c.page_size;
-  } else if (c.ragged) {
-    if (a.k.rank != 3) return std::nullopt;
-    z.h_kv = a.k.shape[1];
-    z.s_k = a.max_seqlen_k > 0 ? a.max_seqlen_k : a.k.shape[0];
-  } else {
-    if (a.k.rank != 4) return std::nullopt;
-    z.s_k = a.k.shape[1];
-    z.h_kv = a.k.shape[2];
-  }
-  return z;
-}
 
 }  // namespace
 
@@ -274,14 +243,15 @@ int tuned_splits(const MhaFwdConfig& config, const CallSizes& sizes) {
 
 }  // namespace mha_tuning
 
-MhaFwdConfig mha_fwd_selected_config(const MhaFwdArgs& args, MhaFwdConfig base) {
-  base = ops::mha_grid_for_packed_groups(base);
-  const auto sizes = sizes_of(args, base);
-  if (!sizes) return base;
-  const mha_tuning::Choice t = mha_tuning::lookup(base, *sizes);
+MhaFwdConfig mha_fwd_selected_config(const MhaFwdShape& shape) {
+  const MhaFwdConfig base = mha_fwd_default_config(shape.features);
+  // The bucket's sizes are the launcher's bounds.
+  const mha_tuning::CallSizes sizes{shape.batch, shape.max_seqlen_q, shape.max_seqlen_k,
+                                    shape.h_q, shape.h_kv};
+  const mha_tuning::Choice t = mha_tuning::lookup(base, sizes);
   if (t.found) return mha_tuning::apply(base, t.block_n, t.stages).value_or(base);
   // No tuned entry: short calls take a smaller key tile where it pays.
-  if (const int n = ops::mha_short_call_block_n(base, sizes->s_k); n > 0)
+  if (const int n = ops::mha_short_call_block_n(base, shape.max_seqlen_k); n > 0)
     return mha_tuning::apply(base, n, base.stages).value_or(base);
   return base;
 }
