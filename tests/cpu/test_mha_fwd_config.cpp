@@ -20,7 +20,7 @@
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
 #include "support/errors.hpp"
-#include "support/mha_reference.hpp"
+#include "support/harness.hpp"
 
 using namespace attnjit;
 

@@ -18,7 +18,7 @@
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
 #include "support/errors.hpp"
-#include "support/mla_reference.hpp"
+#include "support/harness.hpp"
 
 using namespace attnjit;
 

@@ -1,4 +1,4 @@
-// mha_fwd on the GPU against the float64 reference (tests/support/mha_reference.hpp).
+// mha_fwd on the GPU against the float64 reference (harness/mha_reference.hpp).
 // Every case uses fresh random inputs (never zeros), poisons out/lse/workspace with 0xFF
 // (NaN) before each run, and fills every K/V row no sequence owns with NaN: in the paged
 // pool the rows past each length and the unused pages (reached only through garbage table
@@ -31,7 +31,6 @@
 #include "driver/driver.hpp"
 #include "support/catch.hpp"
 #include "support/gpu.hpp"
-#include "support/mha_reference.hpp"
 
 using namespace attnjit;
 using test::DeviceBuffer;

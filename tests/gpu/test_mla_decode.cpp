@@ -1,4 +1,4 @@
-// mla_decode on the GPU against the float64 reference (tests/support/mla_reference.hpp).
+// mla_decode on the GPU against the float64 reference (harness/mla_reference.hpp).
 // Every case uses fresh random inputs (never zeros), poisons out/lse/workspace with 0xFF
 // (NaN) before each run, fills cache rows past each length and the pool's unused pages
 // with NaN, and hands the kernel a permuted block table whose entries past the used pages
@@ -28,7 +28,6 @@
 #include "driver/driver.hpp"
 #include "support/catch.hpp"
 #include "support/gpu.hpp"
-#include "support/mla_reference.hpp"
 
 using namespace attnjit;
 using test::DeviceBuffer;

@@ -62,7 +62,7 @@ class ProbeBench final : public tune::Bench {
     std::vector<uint32_t> host(static_cast<size_t>(n_));
     std::mt19937 gen(12345);
     for (auto& w : host) w = gen();
-    ATTNJIT_CU(cuMemcpyHtoD, src_.ptr, host.data(), src_.bytes);
+    ATTNJIT_CU(cuMemcpyHtoD, src_.ptr(), host.data(), src_.bytes());
   }
   std::function<void(int)> prepare(const json& candidate) override {
     const Params p = parse(candidate);
@@ -80,11 +80,11 @@ class ProbeBench final : public tune::Bench {
       k.launch(shape, nullptr, args);
     };
   }
-  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, dst_.ptr, 0xA5, dst_.bytes, nullptr); }
+  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, dst_.ptr(), 0xA5, dst_.bytes(), nullptr); }
   std::vector<uint8_t> output() override {
     ATTNJIT_CU(cuCtxSynchronize);
-    std::vector<uint8_t> out(dst_.bytes);
-    ATTNJIT_CU(cuMemcpyDtoH, out.data(), dst_.ptr, dst_.bytes);
+    std::vector<uint8_t> out(dst_.bytes());
+    ATTNJIT_CU(cuMemcpyDtoH, out.data(), dst_.ptr(), dst_.bytes());
     return out;
   }
   std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {

@@ -53,7 +53,7 @@ void fill_random(const Buffer& b, size_t bytes, uint64_t seed) {
   std::vector<uint64_t> host((bytes + 7) / 8);
   std::mt19937_64 gen(seed);
   for (auto& w : host) w = gen();
-  ATTNJIT_CU(cuMemcpyHtoD, b.ptr, host.data(), bytes);
+  ATTNJIT_CU(cuMemcpyHtoD, b.ptr(), host.data(), bytes);
 }
 
 int64_t shape_int(const std::map<std::string, std::string>& s, const char* key, int64_t fallback) {
@@ -100,7 +100,7 @@ int bench_tma_copy(const BenchOptions& o) {
     fill_random(src.back(), bytes, 1234u + static_cast<uint64_t>(i));
   }
   auto view = [&](const Buffer& b) {
-    return TensorView::contiguous(reinterpret_cast<void*>(b.ptr), dtype, {rows, cols});
+    return TensorView::contiguous(reinterpret_cast<void*>(b.ptr()), dtype, {rows, cols});
   };
   auto args = [&](int i) {
     return TmaCopyArgs{view(dst[static_cast<size_t>(i % sets)]), view(src[static_cast<size_t>(i % sets)])};
@@ -109,15 +109,15 @@ int bench_tma_copy(const BenchOptions& o) {
   const double copy_ms =
       median_ms(o.warmup, o.iters, [&](int i) { tma_copy(args(i), plan, {}, nullptr); });
   const double memcpy_ms = median_ms(o.warmup, o.iters, [&](int i) {
-    ATTNJIT_CU(cuMemcpyDtoDAsync, dst[static_cast<size_t>(i % sets)].ptr,
-               src[static_cast<size_t>(i % sets)].ptr, bytes, nullptr);
+    ATTNJIT_CU(cuMemcpyDtoDAsync, dst[static_cast<size_t>(i % sets)].ptr(),
+               src[static_cast<size_t>(i % sets)].ptr(), bytes, nullptr);
   });
   // Bit-exact check of the last copy (the bench never reports a wrong kernel's speed).
   tma_copy(args(0), plan, {}, nullptr);
   ATTNJIT_CU(cuCtxSynchronize);
   std::vector<char> a(bytes), b(bytes);
-  ATTNJIT_CU(cuMemcpyDtoH, a.data(), src[0].ptr, bytes);
-  ATTNJIT_CU(cuMemcpyDtoH, b.data(), dst[0].ptr, bytes);
+  ATTNJIT_CU(cuMemcpyDtoH, a.data(), src[0].ptr(), bytes);
+  ATTNJIT_CU(cuMemcpyDtoH, b.data(), dst[0].ptr(), bytes);
   const bool exact = std::memcmp(a.data(), b.data(), bytes) == 0;
 
   const double gbps = 2.0 * static_cast<double>(bytes) / (copy_ms * 1e-3) / 1e9;
@@ -156,8 +156,8 @@ int bench_dispatch(const BenchOptions& o) {
   const DType dtype = DType::kBF16;
   const TmaCopyConfig config = tma_copy_default_config(dtype);
   Buffer src(rows * cols * 2), dst(rows * cols * 2);
-  const TensorView s = TensorView::contiguous(reinterpret_cast<void*>(src.ptr), dtype, {rows, cols});
-  const TensorView d = TensorView::contiguous(reinterpret_cast<void*>(dst.ptr), dtype, {rows, cols});
+  const TensorView s = TensorView::contiguous(reinterpret_cast<void*>(src.ptr()), dtype, {rows, cols});
+  const TensorView d = TensorView::contiguous(reinterpret_cast<void*>(dst.ptr()), dtype, {rows, cols});
   const TmaCopyArgs call{d, s};
   const TmaCopyPlan plan = tma_copy_plan(tma_copy_shape(call), &config);  // compile + load
   tma_copy(call, plan, {}, nullptr);

@@ -24,7 +24,7 @@
 #include "bench_util.hpp"
 #include "cli.hpp"
 #include "driver/driver.hpp"
-#include "tests/support/mha_reference.hpp"
+#include "harness/mha_reference.hpp"
 
 namespace attnjit::cli {
 
@@ -157,9 +157,9 @@ bool bench_shape(const MhaShape& s, const BenchOptions& o, const driver::DeviceI
     q_d.emplace_back(q_elems * esize);
     k_d.emplace_back(k_elems * esize);
     v_d.emplace_back(v_elems * esize);
-    ATTNJIT_CU(cuMemcpyHtoD, q_d.back().ptr, q_bits.data(), q_elems * esize);
-    ATTNJIT_CU(cuMemcpyHtoD, k_d.back().ptr, k_bits.data(), k_elems * esize);
-    ATTNJIT_CU(cuMemcpyHtoD, v_d.back().ptr, v_bits.data(), v_elems * esize);
+    ATTNJIT_CU(cuMemcpyHtoD, q_d.back().ptr(), q_bits.data(), q_elems * esize);
+    ATTNJIT_CU(cuMemcpyHtoD, k_d.back().ptr(), k_bits.data(), k_elems * esize);
+    ATTNJIT_CU(cuMemcpyHtoD, v_d.back().ptr(), v_bits.data(), v_elems * esize);
   }
   Buffer out_d(out_elems * esize), lse_d(static_cast<size_t>(s.h) * s.b * s.s_q * 4);
 
@@ -204,17 +204,17 @@ bool bench_shape(const MhaShape& s, const BenchOptions& o, const driver::DeviceI
   auto call = [&](int set) { mha_fwd(args_for(set), plan, ws, nullptr); };
 
   // Correctness first.
-  ATTNJIT_CU(cuMemsetD8Async, out_d.ptr, 0xFF, out_d.bytes, nullptr);
-  ATTNJIT_CU(cuMemsetD8Async, lse_d.ptr, 0xFF, lse_d.bytes, nullptr);
+  ATTNJIT_CU(cuMemsetD8Async, out_d.ptr(), 0xFF, out_d.bytes(), nullptr);
+  ATTNJIT_CU(cuMemsetD8Async, lse_d.ptr(), 0xFF, lse_d.bytes(), nullptr);
   call(0);
   ATTNJIT_CU(cuCtxSynchronize);
   std::vector<uint16_t> out_bits(out_elems);
-  ATTNJIT_CU(cuMemcpyDtoH, out_bits.data(), out_d.ptr, out_elems * esize);
-  std::vector<float> out(out_elems), lse(lse_d.bytes / 4);
+  ATTNJIT_CU(cuMemcpyDtoH, out_bits.data(), out_d.ptr(), out_elems * esize);
+  std::vector<float> out(out_elems), lse(lse_d.bytes() / 4);
   for (size_t i = 0; i < out_elems; ++i) out[i] = from_bits(out_bits[i], s.dtype);
-  ATTNJIT_CU(cuMemcpyDtoH, lse.data(), lse_d.ptr, lse_d.bytes);
+  ATTNJIT_CU(cuMemcpyDtoH, lse.data(), lse_d.ptr(), lse_d.bytes());
 
-  test::MhaProblem p;
+  harness::MhaProblem p;
   p.batch = s.b;
   p.h_q = s.h;
   p.h_kv = s.h_kv;
@@ -222,20 +222,20 @@ bool bench_shape(const MhaShape& s, const BenchOptions& o, const driver::DeviceI
   p.dv = s.dv;
   p.q_lens.assign(static_cast<size_t>(s.b), s.s_q);
   p.k_lens.assign(static_cast<size_t>(s.b), s.s_k);
-  p.q_starts = test::mha_padded_starts(s.b, s.s_q);
+  p.q_starts = harness::mha_padded_starts(s.b, s.s_q);
   p.total_q = int64_t{s.b} * s.s_q;
   p.q = q_vals;
-  p.k_starts = test::mha_padded_starts(s.b, s.s_k);
+  p.k_starts = harness::mha_padded_starts(s.b, s.s_k);
   p.kv_rows = int64_t{s.b} * s.s_k;
   p.k = k_vals;
   p.v = v_vals;
   p.mask = mask;
   p.softmax_scale = static_cast<double>(scale);
   std::mt19937_64 sample_gen(7);
-  const auto rows = test::mha_sample_rows(p, 16, sample_gen);
-  const test::MhaComparison check = test::mha_compare(p, test::mha_reference(p, rows), out, lse);
+  const auto rows = harness::mha_sample_rows(p, 16, sample_gen);
+  const harness::MhaComparison check = harness::mha_compare(p, harness::mha_reference(p, rows), out, lse);
 
-  const double pairs = static_cast<double>(test::mha_visible_pairs(p));
+  const double pairs = static_cast<double>(harness::mha_visible_pairs(p));
   const double flops = 2.0 * pairs * (s.d + s.dv);
   const double bytes = static_cast<double>(k_elems + v_elems + q_elems + out_elems) * esize;
 

@@ -25,7 +25,7 @@
 #include "bench_util.hpp"
 #include "cli.hpp"
 #include "driver/driver.hpp"
-#include "tests/support/mla_reference.hpp"
+#include "harness/mla_reference.hpp"
 
 namespace attnjit::cli {
 
@@ -125,9 +125,9 @@ nlohmann::ordered_json target_of(const MlaShape& s) {
 double copy_ceiling_gbps(int warmup, int iters) {
   const size_t bytes = size_t{1} << 30;
   Buffer a(bytes), b(bytes);
-  ATTNJIT_CU(cuMemsetD8Async, a.ptr, 1, bytes, nullptr);
+  ATTNJIT_CU(cuMemsetD8Async, a.ptr(), 1, bytes, nullptr);
   const double ms = median_ms(
-      warmup, iters, [&](int) { ATTNJIT_CU(cuMemcpyDtoDAsync, b.ptr, a.ptr, bytes, nullptr); });
+      warmup, iters, [&](int) { ATTNJIT_CU(cuMemcpyDtoDAsync, b.ptr(), a.ptr(), bytes, nullptr); });
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;  // read + write
 }
 
@@ -169,33 +169,33 @@ bool bench_shape(const MlaShape& s, const BenchOptions& o, const driver::DeviceI
     }
   };
   const size_t esize = 2;
-  const size_t q_elems = static_cast<size_t>(s.b) * s.q_len * s.h * test::kMlaQkDim;
-  const size_t out_elems = static_cast<size_t>(s.b) * s.q_len * s.h * test::kMlaVDim;
+  const size_t q_elems = static_cast<size_t>(s.b) * s.q_len * s.h * harness::kMlaQkDim;
+  const size_t out_elems = static_cast<size_t>(s.b) * s.q_len * s.h * harness::kMlaVDim;
   const size_t pool_rows = static_cast<size_t>(num_pages) * s.page;
   std::vector<float> q_vals, chunk_vals;
   std::vector<uint16_t> q_bits, chunk_bits;
   draw(q_elems, q_vals, q_bits);
-  draw(size_t{kChunkRows} * test::kMlaQkDim, chunk_vals, chunk_bits);
+  draw(size_t{kChunkRows} * harness::kMlaQkDim, chunk_vals, chunk_bits);
 
   // Enough copies of the inputs that consecutive calls never find theirs in L2.
-  const size_t set_bytes = (pool_rows * test::kMlaQkDim + q_elems) * esize;
+  const size_t set_bytes = (pool_rows * harness::kMlaQkDim + q_elems) * esize;
   const int sets = static_cast<int>(std::clamp<size_t>(
       (4 * static_cast<size_t>(dev.l2_bytes) + set_bytes - 1) / set_bytes, 1, 16));
   std::vector<Buffer> q_d, cache_d;
   for (int i = 0; i < sets; ++i) {
     q_d.emplace_back(q_elems * esize);
-    cache_d.emplace_back(pool_rows * test::kMlaQkDim * esize);
-    ATTNJIT_CU(cuMemcpyHtoD, q_d.back().ptr, q_bits.data(), q_elems * esize);
+    cache_d.emplace_back(pool_rows * harness::kMlaQkDim * esize);
+    ATTNJIT_CU(cuMemcpyHtoD, q_d.back().ptr(), q_bits.data(), q_elems * esize);
     for (size_t r = 0; r < pool_rows; r += kChunkRows) {
       const size_t rows = std::min<size_t>(kChunkRows, pool_rows - r);
-      ATTNJIT_CU(cuMemcpyHtoD, cache_d.back().ptr + r * test::kMlaQkDim * esize, chunk_bits.data(),
-                 rows * test::kMlaQkDim * esize);
+      ATTNJIT_CU(cuMemcpyHtoD, cache_d.back().ptr() + r * harness::kMlaQkDim * esize, chunk_bits.data(),
+                 rows * harness::kMlaQkDim * esize);
     }
   }
   Buffer table_d(table.size() * 4), lens_d(lens.size() * 4), out_d(out_elems * esize),
       lse_d(static_cast<size_t>(s.b) * s.h * s.q_len * 4);
-  ATTNJIT_CU(cuMemcpyHtoD, table_d.ptr, table.data(), table.size() * 4);
-  ATTNJIT_CU(cuMemcpyHtoD, lens_d.ptr, lens.data(), lens.size() * 4);
+  ATTNJIT_CU(cuMemcpyHtoD, table_d.ptr(), table.data(), table.size() * 4);
+  ATTNJIT_CU(cuMemcpyHtoD, lens_d.ptr(), lens.data(), lens.size() * 4);
 
   const MlaDecodeConfig default_config = mla_decode_default_config(s.dtype, s.h, s.q_len, s.page);
   // --config overrides fields of the shape's default config (e.g. {"block_n":32,"stages":4}),
@@ -216,12 +216,12 @@ bool bench_shape(const MlaShape& s, const BenchOptions& o, const driver::DeviceI
   auto args_for = [&](int set) {
     MlaDecodeArgs a;
     a.q = TensorView::contiguous(q_d[static_cast<size_t>(set)].data(), s.dtype,
-                                 {s.b, s.q_len, s.h, test::kMlaQkDim});
+                                 {s.b, s.q_len, s.h, harness::kMlaQkDim});
     a.kv_cache = TensorView::contiguous(cache_d[static_cast<size_t>(set)].data(), s.dtype,
-                                        {num_pages, s.page, test::kMlaQkDim});
+                                        {num_pages, s.page, harness::kMlaQkDim});
     a.block_table = TensorView::contiguous(table_d.data(), DType::kI32, {s.b, max_pages});
     a.cache_lens = TensorView::contiguous(lens_d.data(), DType::kI32, {s.b});
-    a.out = TensorView::contiguous(out_d.data(), s.dtype, {s.b, s.q_len, s.h, test::kMlaVDim});
+    a.out = TensorView::contiguous(out_d.data(), s.dtype, {s.b, s.q_len, s.h, harness::kMlaVDim});
     if (s.lse) a.lse = TensorView::contiguous(lse_d.data(), DType::kF32, {s.b, s.h, s.q_len});
     a.softmax_scale = 0.07216878f;  // 1/sqrt(192)
     return a;
@@ -239,24 +239,24 @@ bool bench_shape(const MlaShape& s, const BenchOptions& o, const driver::DeviceI
   auto call = [&](int set) { mla_decode(args_for(set), plan, ws, nullptr); };
 
   // Correctness first.
-  ATTNJIT_CU(cuMemsetD8Async, out_d.ptr, 0xFF, out_d.bytes, nullptr);
-  ATTNJIT_CU(cuMemsetD8Async, lse_d.ptr, 0xFF, lse_d.bytes, nullptr);
+  ATTNJIT_CU(cuMemsetD8Async, out_d.ptr(), 0xFF, out_d.bytes(), nullptr);
+  ATTNJIT_CU(cuMemsetD8Async, lse_d.ptr(), 0xFF, lse_d.bytes(), nullptr);
   call(0);
   ATTNJIT_CU(cuCtxSynchronize);
   std::vector<uint16_t> out_bits(out_elems);
-  ATTNJIT_CU(cuMemcpyDtoH, out_bits.data(), out_d.ptr, out_elems * esize);
+  ATTNJIT_CU(cuMemcpyDtoH, out_bits.data(), out_d.ptr(), out_elems * esize);
   std::vector<float> out(out_elems), lse;
   for (size_t i = 0; i < out_elems; ++i) out[i] = from_bits(out_bits[i], s.dtype);
   if (s.lse) {
-    lse.resize(lse_d.bytes / 4);
-    ATTNJIT_CU(cuMemcpyDtoH, lse.data(), lse_d.ptr, lse_d.bytes);
+    lse.resize(lse_d.bytes() / 4);
+    ATTNJIT_CU(cuMemcpyDtoH, lse.data(), lse_d.ptr(), lse_d.bytes());
   }
   // The reference reads the pool through its kChunkRows-row period: page p holds chunk
   // page p % chunk_pages.
   const int chunk_pages = kChunkRows / s.page;
   std::vector<int32_t> ref_table = table;
   for (auto& e : ref_table) e %= chunk_pages;
-  test::MlaProblem p;
+  harness::MlaProblem p;
   p.batch = s.b;
   p.q_len = s.q_len;
   p.num_heads = s.h;
@@ -269,17 +269,17 @@ bool bench_shape(const MlaShape& s, const BenchOptions& o, const driver::DeviceI
   p.cache_lens = lens;
   p.softmax_scale = static_cast<double>(0.07216878f);
   std::mt19937_64 sample_gen(7);
-  const auto rows = test::mla_sample_rows(p, 16, sample_gen);
-  const test::MlaComparison check = test::mla_compare(p, test::mla_reference(p, rows), out, lse);
+  const auto rows = harness::mla_sample_rows(p, 16, sample_gen);
+  const harness::MlaComparison check = harness::mla_compare(p, harness::mla_reference(p, rows), out, lse);
 
   int64_t pairs = 0, cache_rows = 0;
   for (int l : lens) {
     cache_rows += l;
-    for (int t = 0; t < s.q_len; ++t) pairs += int64_t{s.h} * test::mla_visible_keys(l, s.q_len, t);
+    for (int t = 0; t < s.q_len; ++t) pairs += int64_t{s.h} * harness::mla_visible_keys(l, s.q_len, t);
   }
-  const double bytes = static_cast<double>(cache_rows) * test::kMlaQkDim * esize +
+  const double bytes = static_cast<double>(cache_rows) * harness::kMlaQkDim * esize +
                        static_cast<double>(q_elems + out_elems) * esize;
-  const double flops = 2.0 * static_cast<double>(pairs) * (test::kMlaQkDim + test::kMlaVDim);
+  const double flops = 2.0 * static_cast<double>(pairs) * (harness::kMlaQkDim + harness::kMlaVDim);
 
   nlohmann::ordered_json j;
   j["op"] = "mla_decode";

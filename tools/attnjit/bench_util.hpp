@@ -1,43 +1,24 @@
 #pragma once
-// What every `attnjit bench` measurement shares: an owning device buffer and CUDA-event
+// What every `attnjit bench` measurement shares: the harness's device buffer and CUDA-event
 // timing (warm-up, then the median of per-call event pairs).
 #include <cuda.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "attnjit/types.hpp"
 #include "driver/driver.hpp"
+#include "harness/device.hpp"
 
 namespace attnjit::cli {
 
-struct Buffer {
-  CUdeviceptr ptr = 0;
-  size_t bytes = 0;
-  explicit Buffer(size_t n) : bytes(n) { ATTNJIT_CU(cuMemAlloc, &ptr, n == 0 ? 1 : n); }
-  ~Buffer() {
-    if (ptr) driver::api().cuMemFree(ptr);
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer(Buffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = 0; }
-  void* data() const { return reinterpret_cast<void*>(ptr); }
-};
-
-// bf16 / f16 bits of a float (round to nearest even; inputs are finite) and back: how
-// the benches build inputs the float64 references see exactly.
-inline uint16_t to_bits(float x, DType dtype) {
-  if (dtype == DType::kF16) return std::bit_cast<uint16_t>(static_cast<_Float16>(x));
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float from_bits(uint16_t b, DType dtype) {
-  if (dtype == DType::kF16) return static_cast<float>(std::bit_cast<_Float16>(b));
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
+// The harness library's device buffer and conversions (harness/device.hpp): the benches
+// build the inputs the float64 references see exactly, as the tests do.
+using Buffer = harness::DeviceBuffer;
+using harness::from_bits;
+using harness::to_bits;
 
 // Median milliseconds of `iters` event-timed calls of fn(i), after `warmup` calls.
 template <class Fn>

@@ -34,8 +34,8 @@ int copies_for(size_t bytes_per_copy, const driver::DeviceInfo& dev, int max_cop
 
 std::vector<uint8_t> download(const Buffer& b) {
   ATTNJIT_CU(cuCtxSynchronize);
-  std::vector<uint8_t> host(b.bytes);
-  ATTNJIT_CU(cuMemcpyDtoH, host.data(), b.ptr, b.bytes);
+  std::vector<uint8_t> host(b.bytes());
+  ATTNJIT_CU(cuMemcpyDtoH, host.data(), b.ptr(), b.bytes());
   return host;
 }
 
@@ -54,7 +54,7 @@ class TmaCopyBench final : public Bench {
       src_.emplace_back(bytes_);
       dst_.emplace_back(bytes_);
       for (auto& w : host) w = gen();
-      ATTNJIT_CU(cuMemcpyHtoD, src_.back().ptr, host.data(), bytes_);
+      ATTNJIT_CU(cuMemcpyHtoD, src_.back().ptr(), host.data(), bytes_);
     }
   }
 
@@ -67,7 +67,7 @@ class TmaCopyBench final : public Bench {
     };
   }
   void poison_output() override {
-    ATTNJIT_CU(cuMemsetD8Async, dst_[0].ptr, 0xA5, bytes_, nullptr);
+    ATTNJIT_CU(cuMemsetD8Async, dst_[0].ptr(), 0xA5, bytes_, nullptr);
   }
   std::vector<uint8_t> output() override { return download(dst_[0]); }
   std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
@@ -130,17 +130,17 @@ class MlaDecodeBench final : public Bench {
     for (int i = 0; i < copies; ++i) {
       q_.emplace_back(q_elems * 2);
       cache_.emplace_back(pool_rows * kMlaHeadDim * 2);
-      ATTNJIT_CU(cuMemcpyHtoD, q_.back().ptr, q_bits.data(), q_elems * 2);
+      ATTNJIT_CU(cuMemcpyHtoD, q_.back().ptr(), q_bits.data(), q_elems * 2);
       for (size_t r = 0; r < pool_rows; r += kChunkRows) {
         const size_t n = std::min(kChunkRows, pool_rows - r);
-        ATTNJIT_CU(cuMemcpyHtoD, cache_.back().ptr + r * kMlaHeadDim * 2, chunk.data(), n * kMlaHeadDim * 2);
+        ATTNJIT_CU(cuMemcpyHtoD, cache_.back().ptr() + r * kMlaHeadDim * 2, chunk.data(), n * kMlaHeadDim * 2);
       }
     }
     table_ = std::make_unique<Buffer>(pool.size() * 4);
     lens_ = std::make_unique<Buffer>(lens.size() * 4);
     out_ = std::make_unique<Buffer>(static_cast<size_t>(b_) * q_len_ * h_ * kMlaValueDim * 2);
-    ATTNJIT_CU(cuMemcpyHtoD, table_->ptr, pool.data(), pool.size() * 4);
-    ATTNJIT_CU(cuMemcpyHtoD, lens_->ptr, lens.data(), lens.size() * 4);
+    ATTNJIT_CU(cuMemcpyHtoD, table_->ptr(), pool.data(), pool.size() * 4);
+    ATTNJIT_CU(cuMemcpyHtoD, lens_->ptr(), lens.data(), lens.size() * 4);
   }
 
   std::function<void(int)> prepare(const json& candidate) override {
@@ -152,7 +152,7 @@ class MlaDecodeBench final : public Bench {
     shape.max_len = s_k_;
     shape.num_splits = wanted;  // 0 → the heuristic's (the worker has no DB)
     const MlaDecodePlan plan = mla_decode_plan(shape, &c);
-    if (plan.workspace_bytes > 0 && (!workspace_ || workspace_->bytes < plan.workspace_bytes)) {
+    if (plan.workspace_bytes > 0 && (!workspace_ || workspace_->bytes() < plan.workspace_bytes)) {
       workspace_.reset();
       workspace_ = std::make_unique<Buffer>(plan.workspace_bytes);
     }
@@ -162,7 +162,7 @@ class MlaDecodeBench final : public Bench {
       mla_decode(args_for(static_cast<size_t>(i) % q_.size()), plan, ws, nullptr);
     };
   }
-  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr, 0xFF, out_->bytes, nullptr); }
+  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr(), 0xFF, out_->bytes(), nullptr); }
   std::vector<uint8_t> output() override { return download(*out_); }
   std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
     const size_t n = ref.size() / 2;
@@ -217,13 +217,13 @@ constexpr double kMhaMaxRelL2 = 1e-2;
 // over is fast for multi-GB KV, and a prime period never lines up with rows or heads.
 void fill_normal(const Buffer& buf, DType dtype, std::mt19937_64& gen) {
   constexpr size_t kPeriod = 1'000'003;
-  const size_t n = buf.bytes / 2;
+  const size_t n = buf.bytes() / 2;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<uint16_t> block(std::min(n, kPeriod));
   for (auto& v : block) v = to_bits(normal(gen), dtype);
   for (size_t at = 0; at < n; at += block.size()) {
     const size_t count = std::min(block.size(), n - at);
-    ATTNJIT_CU(cuMemcpyHtoD, buf.ptr + at * 2, block.data(), count * 2);
+    ATTNJIT_CU(cuMemcpyHtoD, buf.ptr() + at * 2, block.data(), count * 2);
   }
 }
 
@@ -263,7 +263,7 @@ class MhaFwdBench final : public Bench {
     MhaFwdShape shape = mha_fwd_shape(args_for(0), mha_fwd_features(c));
     shape.num_splits = wanted;  // 0 → the heuristic's (the worker has no DB)
     const MhaFwdPlan plan = mha_fwd_plan(shape, &c);
-    if (plan.workspace_bytes > 0 && (!workspace_ || workspace_->bytes < plan.workspace_bytes)) {
+    if (plan.workspace_bytes > 0 && (!workspace_ || workspace_->bytes() < plan.workspace_bytes)) {
       workspace_.reset();
       workspace_ = std::make_unique<Buffer>(plan.workspace_bytes);
     }
@@ -273,7 +273,7 @@ class MhaFwdBench final : public Bench {
       mha_fwd(args_for(static_cast<size_t>(i) % q_.size()), plan, ws, nullptr);
     };
   }
-  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr, 0xFF, out_->bytes, nullptr); }
+  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr(), 0xFF, out_->bytes(), nullptr); }
   std::vector<uint8_t> output() override { return download(*out_); }
   std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
     const size_t n = ref.size() / 2;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace attnjit::test {
+namespace attnjit::harness {
 
 inline constexpr int kMlaQkDim = 576;
 inline constexpr int kMlaVDim = 512;
@@ -93,4 +93,4 @@ struct MlaComparison {
 MlaComparison mla_compare(const MlaProblem& p, const MlaReference& ref, std::span<const float> out,
                           std::span<const float> lse, const MlaCompareLimits& limits = {});
 
-}  // namespace attnjit::test
+}  // namespace attnjit::harness

@@ -1,4 +1,4 @@
-#include "mla_reference.hpp"  // same folder: the CLI target compiles this file too
+#include "harness/mla_reference.hpp"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@
 #include <thread>
 #include <tuple>
 
-namespace attnjit::test {
+namespace attnjit::harness {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -294,4 +294,4 @@ MlaComparison mla_compare(const MlaProblem& p, const MlaReference& ref, std::spa
   return c;
 }
 
-}  // namespace attnjit::test
+}  // namespace attnjit::harness

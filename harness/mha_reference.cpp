@@ -1,4 +1,4 @@
-#include "mha_reference.hpp"  // same folder: a bench target may compile this file too
+#include "harness/mha_reference.hpp"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@
 #include <thread>
 #include <tuple>
 
-namespace attnjit::test {
+namespace attnjit::harness {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -419,4 +419,4 @@ MhaComparison mha_compare(const MhaProblem& p, const MhaReference& ref, std::spa
   return c;
 }
 
-}  // namespace attnjit::test
+}  // namespace attnjit::harness

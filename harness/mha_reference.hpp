@@ -26,7 +26,7 @@
 
 #include "attnjit/ops/mha_fwd.hpp"
 
-namespace attnjit::test {
+namespace attnjit::harness {
 
 // Host copies of one call's inputs. Values are floats already rounded to the kernel's
 // input dtype (bf16/f16), so the reference sees exactly what the GPU sees. Every layout is
@@ -144,4 +144,4 @@ struct MhaComparison {
 MhaComparison mha_compare(const MhaProblem& p, const MhaReference& ref, std::span<const float> out,
                           std::span<const float> lse, const MhaCompareLimits& limits = {});
 
-}  // namespace attnjit::test
+}  // namespace attnjit::harness
