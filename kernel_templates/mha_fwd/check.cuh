@@ -10,12 +10,8 @@ namespace attnjit::mha_fwd {
 
 using namespace attnjit::layout::mha_fwd;
 
-struct CheckParams {
-  bool ragged;     // q_offsets (and k_offsets when KV is contiguous)
-  bool paged;      // kv_lens + block_table
-  int page_size;
-};
-
+// P: the check table's fields (runtime/ops/mha_fwd/config.cpp), declared by the
+// generated translation unit: ragged, paged, page_size.
 
 ATTNJIT_DEVICE void report(const CheckArgs& a, int b, CheckKind kind, int slot) {
   atomicMin(a.first_bad, (static_cast<unsigned long long>(b) << 32) |
@@ -31,7 +27,7 @@ ATTNJIT_DEVICE bool offsets_ok(const int* off, int b, int total, int bound) {
 }
 
 // grid (b), kCheckThreads threads. atomicMin keeps the lowest (batch, kind, slot): a deterministic report.
-template <CheckParams P>
+template <auto P>
 __global__ void __launch_bounds__(kCheckThreads) check_kernel(const CheckArgs a) {
   const int b = static_cast<int>(blockIdx.x);
   if constexpr (P.ragged) {

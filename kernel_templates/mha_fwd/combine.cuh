@@ -16,16 +16,11 @@ namespace attnjit::mha_fwd {
 
 using namespace attnjit::layout::mha_fwd;
 
-struct CombineParams {
-  DType dtype;     // output dtype
-  int head_dim_v;  // dv: 64, 128, 256
-  bool ragged;     // q rows from offsets
-  bool sink;
-};
-
+// P: the combine table's fields (runtime/ops/mha_fwd/config.cpp), declared by the
+// generated translation unit: dtype, head_dim_v, ragged, sink.
 
 // grid (ceil(max s_q / 4), h_q, batch), 128 threads.
-template <CombineParams P>
+template <auto P>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineArgs a) {
   constexpr int kPerLane = P.head_dim_v / kWarpSize;  // 2, 4 or 8 columns per lane
   static_assert(P.head_dim_v % (2 * kWarpSize) == 0, "whole column pairs per lane");

@@ -19,7 +19,7 @@
 
 namespace attnjit::mha_fwd {
 
-template <Params P>
+template <auto P>
 struct Work {
   int batch, split;
   int head;      // query head (unpacked) or KV head (packed: rows hold `group` query heads)
@@ -39,18 +39,18 @@ ATTNJIT_DEVICE int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi 
 ATTNJIT_DEVICE int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // Masks under which every row's keys start at 0 (lo = 0): a tile's mask test is hi only.
-template <Params P>
+template <auto P>
 inline constexpr bool kKeysFromZero = P.mask == Mask::kNone || P.mask == Mask::kCausal;
 
 // Inclusive key bounds of the row at aligned position ip (before the 0 ≤ j < s_k clamp).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE int key_lo(int ip, const Args& a) {
   if constexpr (P.mask == Mask::kWindow || P.mask == Mask::kCausalWindow)
     return a.window_left < 0 ? 0 : ip - a.window_left;
   if constexpr (P.mask == Mask::kChunked) return floor_div(ip, a.chunk) * a.chunk;
   return 0;
 }
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE int key_hi(int ip, int s_k, const Args& a) {
   if constexpr (P.mask == Mask::kCausal || P.mask == Mask::kChunked ||
                 P.mask == Mask::kCausalWindow)
@@ -60,7 +60,7 @@ ATTNJIT_DEVICE int key_hi(int ip, int s_k, const Args& a) {
 }
 
 // The Work of unit u (schedule.cuh).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE Work<P> locate(const Args& a, const UnitCoords u) {
   using T = Traits<P>;
   Work<P> w;
@@ -111,14 +111,14 @@ ATTNJIT_DEVICE Work<P> locate(const Args& a, const UnitCoords u) {
 
 // Per-row state of a consumer thread: it owns two rows of its warpgroup's 64
 // (wgmma_acc_coord: the float pair i belongs to row r = (i / 2) % 2).
-template <Params P>
+template <auto P>
 struct RowRule {
   int lo[2], hi[2];    // inclusive visible key bounds (clamped to [0, s_k − 1])
   int ip[2];           // aligned query position (ALiBi distance)
   float slope_log2[2]; // ALiBi slope · log2(e)
 };
 
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE RowRule<P> row_rule(const Work<P>& w, const Args& a, int local_row0,
                                    int local_row1) {
   using T = Traits<P>;
@@ -141,7 +141,7 @@ ATTNJIT_DEVICE RowRule<P> row_rule(const Work<P>& w, const Args& a, int local_ro
 }
 
 // Raw q·k → score in log2 units, score mod applied (before masking, as DESIGN.md says).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE float score_log2(float raw, int key, float ip, float slope_log2, const Args& a) {
   if constexpr (P.score_mod == Mod::kSoftcap) {
     // tanh(x) = 1 − 2 / (e^{2x} + 1): ex2.approx is accurate to ~2^-22 where

@@ -1,7 +1,6 @@
 #pragma once
-// mha_fwd: compile-time parameters (the template fields of the runtime's mha_fwd config
-// table, runtime/ops/mha_fwd/config.cpp, member for member), derived shapes (Traits) and
-// the shared-memory layout. The argument blocks and the plan's sizes are in layout.cuh.
+// mha_fwd: the device enums of the config's fields, the shapes derived from the config
+// (Traits) and the shared-memory layout. The argument blocks and the plan's sizes are in layout.cuh.
 #include "common/arch.cuh"
 #include "common/mbarrier.cuh"
 #include "common/types.cuh"
@@ -16,25 +15,11 @@ enum class Mask : int { kNone, kCausal, kWindow, kCausalWindow, kChunked };
 enum class Mod : int { kNone, kSoftcap, kAlibi };
 enum class Layout : int { kContiguous, kPaged };
 
-struct Params {
-  DType dtype;      // bf16 / f16
-  int head_dim;     // d of q·k: 64, 128, 192, 256
-  int head_dim_v;   // dv
-  int block_m;      // query rows per CTA = consumer warpgroups × 64: 128 or 192
-  int block_n;      // keys per KV tile
-  int stages;       // K/V ring depth
-  Swizzle swizzle;  // 128B
-  Mask mask;
-  Mod score_mod;
-  bool ragged;      // q (and contiguous k/v) as [total, h, d] with row offsets
-  Layout kv_layout; // paged: k/v as page pools [pages, page_size, h_kv, d] + block table
-  int page_size;    // paged only
-  int group;        // 0: one query head per CTA; g > 0: g query heads packed per KV head
-  bool sink;        // per-head sink logits
-  bool persistent;  // a producer warpgroup + one CTA per SM walking a static unit list
-};
+// A kernel's P is the config's template fields — the rows of
+// runtime/include/attnjit/ops/mha_fwd_config.def — as a struct the generated translation
+// unit declares (attnjit_generated::Params): P.head_dim, P.block_n, P.mask, ...
 
-template <Params P>
+template <auto P>
 struct Traits {
   static constexpr int kConsumers = P.block_m / 64;                  // math warpgroups: 2, 3
   // Persistent launch (mha_fwd/schedule.cuh): warpgroup 0 is a producer — one thread issues
@@ -104,7 +89,6 @@ struct Traits {
                 "packed GQA: 2..16 query heads per KV head dividing the row block");
 };
 
-
 // Named barriers (id 0 is __syncthreads), one of each kind per consumer warpgroup w:
 // kTailZeroed + w (128 threads): warpgroup w zeroed the stale V rows of its last tile;
 // kTurn + w (256 threads: w and the warpgroup before it): w may issue its GEMMs.
@@ -112,7 +96,7 @@ enum class Bar : u32 { kTailZeroed = 1, kTurn = 4 };
 ATTNJIT_DEVICE u32 bar_of(Bar kind, int wg) { return static_cast<u32>(kind) + static_cast<u32>(wg); }
 
 // The shared-memory plan. Tiles first, each 1024-aligned (the 128B swizzle repeat).
-template <Params P>
+template <auto P>
 struct SharedStorage {
   using T = Traits<P>;
   alignas(1024) u8 q[T::kQBuffers][T::kQBytes];  // Q [block_m rows][d] as kQkChunks boxes
@@ -126,11 +110,11 @@ struct SharedStorage {
   MBarrier v_empty[P.stages];  // every consumer warp has finished P·V of a V stage
 };
 
-template <Params P>
+template <auto P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 
 // The host launches with the plan in mha_fwd/layout.cuh: it must be this layout's.
-template <Params P>
+template <auto P>
 inline constexpr bool kPlanMatches =
     kDynamicSmemBytes<P> == smem_bytes(dtype_bytes(P.dtype), P.head_dim, P.head_dim_v, P.block_m,
                                        P.block_n, P.stages, P.persistent);

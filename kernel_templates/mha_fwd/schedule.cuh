@@ -6,7 +6,7 @@
 // z = batch · num_splits + split (locate() in mask.cuh turns them into a Work).
 //
 // Grid launch: one CTA per unit; the hardware's CTA scheduler balances the SMs.
-// Persistent launch (Params::persistent): gridDim.x CTAs (one per SM) walk a static list —
+// Persistent launch (P.persistent): gridDim.x CTAs (one per SM) walk a static list —
 // CTA c takes items c, c + gridDim.x, … . An item is one unit, or under a causal-like mask a
 // pair of row blocks of one (head, z), the longest and the shortest left (x = p and
 // M − 1 − p, locate() reversing x), so that items cost about the same: a static list is only
@@ -29,7 +29,7 @@ ATTNJIT_DEVICE UnitCoords grid_unit() {
 }
 
 // A persistent CTA's walk over its units: item, and which unit of a causal pair.
-template <Params P>
+template <auto P>
 struct UnitWalk {
   using T = Traits<P>;
   int item;

@@ -9,7 +9,7 @@
 // tile needs only its K; K is released after S, V after P·V). The warpgroups take turns
 // issuing their GEMMs and each overlaps its softmax of tile i with its own P·V of tile i−1
 // (see consumer()).
-// Two launches (Params::persistent):
+// Two launches (P.persistent):
 // - grid: a CTA per unit; thread 0 issues the TMA loads — Q and the first `stages` tiles up
 //   front, then each freed K / V stage's refill while its warpgroup's GEMMs run — so all 8
 //   warps keep 255 registers (Traits::kThreads);
@@ -39,11 +39,11 @@
 
 namespace attnjit::mha_fwd {
 
-template <Params P>
+template <auto P>
 using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;  // Q: K-major, block_m rows
-template <Params P>
+template <auto P>
 using KTile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;  // K: K-major, block_n rows
-template <Params P>
+template <auto P>
 using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, block_n key rows
 
 // ---- TMA issue (thread 0) ----------------------------------------------------------------
@@ -52,7 +52,7 @@ using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, bloc
 // into page pieces when paged (page from the block table; a slot past the table or a
 // garbage entry gives an out-of-range coordinate, which TMA fills with zeros — never a
 // read outside the pool).
-template <Params P, int kChunks>
+template <auto P, int kChunks>
 ATTNJIT_DEVICE void load_kv_tile(const TmaDesc& map, MBarrier* bar, u8* dst, const Args& a,
                                  const Work<P>& w, int tile) {
   using T = Traits<P>;
@@ -78,7 +78,7 @@ ATTNJIT_DEVICE void load_kv_tile(const TmaDesc& map, MBarrier* bar, u8* dst, con
 
 // Q [block_m rows][d] into Q buffer qb: (positions × heads-in-group) boxes; rows past q are
 // zero-filled, rows of the next sequence are computed and never stored.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Work<P>& w, int qb) {
   using T = Traits<P>;
   mbarrier_arrive_expect_tx(&s.q_full[qb], T::kQBytes);
@@ -91,7 +91,7 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Work
 }
 
 // K and V of the CTA's i-th tile (`tile` in the sequence) into stage i % stages.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
                             const Args& a, const Work<P>& w, int tile, int i) {
   using T = Traits<P>;
@@ -109,9 +109,9 @@ struct StreamPos {
   int tile;  // stream index of the unit's first KV tile
   int q;     // Q loads before the unit's
 };
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE int stage_of(int g) { return g % P.stages; }
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE u32 parity_of(int g) { return static_cast<u32>(g / P.stages) & 1u; }
 
 // ---- producer (persistent: warpgroup 0, one thread) ----------------------------------------
@@ -121,7 +121,7 @@ ATTNJIT_DEVICE u32 parity_of(int g) { return static_cast<u32>(g / P.stages) & 1u
 // Q (once the buffer's previous unit finished its last S). It runs up to `stages` tiles and
 // kQBuffers units ahead of the consumers, so the next unit's Q and first tiles land under
 // the current unit's last tiles and epilogue.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const TmaDesc& q_map, const TmaDesc& k_map,
                              const TmaDesc& v_map, const Args& a) {
   using T = Traits<P>;
@@ -165,7 +165,7 @@ struct RowState {
 // session 8): 1 in 5 for 128 and 208 keys (against 1 in 3: d64 1k −3 %, 4k −4 %,
 // 8k −2 %, causal 1k −1.3 %; 1 in 2 lost 7 %), 1 in 3 for the other tiles (192 keys, causal
 // 4k and 8k: 1 in 5 lost 1.5–2 %).
-template <Params P>
+template <auto P>
 inline constexpr int kExp2PolyEvery =
     P.head_dim > 64 ? 0 : (P.block_n == 128 || P.block_n == 208 ? 5 : 3);
 
@@ -173,7 +173,7 @@ inline constexpr int kExp2PolyEvery =
 // by more than kRescaleSlack, so most tiles leave O unscaled; p ≤ 2^8 stays far from f32
 // and bf16 limits. Not at dv 256: the branch around O's 128-register rescale cost the
 // persistent d256 consumer a spill.
-template <Params P>
+template <auto P>
 inline constexpr float kRescaleSlack = P.head_dim_v < 256 ? 8.0f : 0.0f;
 
 // A row's max and sum over its block_n/4 elements of this thread run as kRowChains<P>
@@ -183,7 +183,7 @@ inline constexpr float kRescaleSlack = P.head_dim_v < 256 ? 8.0f : 0.0f;
 // chain i % 2 + 2·((i/4) % (kRowChains/2)): the pair of a column group, alternating groups.
 // One chain at dv 256: four cost the persistent d256 consumer (O alone is 128 registers) a
 // spill.
-template <Params P>
+template <auto P>
 inline constexpr int kRowChains = P.head_dim_v < 256 ? 4 : 1;
 template <int kChains>
 ATTNJIT_DEVICE constexpr int chain_of(int i) {
@@ -213,7 +213,7 @@ ATTNJIT_DEVICE float fold_chains(const float (&c)[kChains], Op op) {
 // tile's first kN keys (block_n, or half of it on a warpgroup's half-width last tile).
 // Without a score mod the scale folds into the exponent's FFMA (max taken on raw scores,
 // scale > 0): exp2(raw·c − m), one FFMA + one MUFU per element.
-template <Params P, bool kMasked, int kN>
+template <auto P, bool kMasked, int kN>
 ATTNJIT_DEVICE bool softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                                  const RowRule<P>& rule, int key0, const Args& a) {
   constexpr bool kFused = P.score_mod == Mod::kNone;
@@ -291,7 +291,7 @@ ATTNJIT_DEVICE bool softmax_tile(float (&sc)[P.block_n / 2], RowState& rs, float
 }
 
 // Zeroes key rows [first, block_n) of a V tile (all dv columns): stale rows may hold NaN.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void zero_v_rows(u8* v_tile, int first) {
   using T = Traits<P>;
   const int rows = P.block_n - first;
@@ -304,7 +304,7 @@ ATTNJIT_DEVICE void zero_v_rows(u8* v_tile, int first) {
 }
 
 // Writes this warpgroup's 64 rows: out (+ lse) when unsplit, else the f32 partial + lse.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void epilogue(const float (&o)[P.head_dim_v / 2], RowState& rs, const Args& a,
                              const Work<P>& w, int wg) {
   using T = Traits<P>;
@@ -355,7 +355,7 @@ ATTNJIT_DEVICE void epilogue(const float (&o)[P.head_dim_v / 2], RowState& rs, c
 
 // Softmax of the tile's first kN keys; masks only where some row of the CTA sees part of
 // them (boundary tiles).
-template <Params P, int kN>
+template <auto P, int kN>
 ATTNJIT_DEVICE bool softmax(float (&sc)[P.block_n / 2], RowState& rs, float (&scale)[2],
                             const RowRule<P>& rule, const Work<P>& w, int tile, const Args& a) {
   const int key0 = tile * P.block_n;
@@ -367,7 +367,7 @@ ATTNJIT_DEVICE bool softmax(float (&sc)[P.block_n / 2], RowState& rs, float (&sc
 }
 
 // S [64 × block_n] = Q [64 × d] · K [block_n × d]ᵀ, d/16 k-steps back to back (issue only).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void issue_qk(float (&sc)[P.block_n / 2], u32 q_addr, u32 k_addr, int wg) {
   wgmma_fence();
 #pragma unroll
@@ -379,7 +379,7 @@ ATTNJIT_DEVICE void issue_qk(float (&sc)[P.block_n / 2], u32 q_addr, u32 k_addr,
 
 // O [64 × dv] += P [64 × kN] · V [kN × dv] (issue only; P from registers): the first kN/16
 // k16 steps.
-template <Params P, int kN>
+template <auto P, int kN>
 ATTNJIT_DEVICE void issue_pv(float (&o)[P.head_dim_v / 2], u32 (&pa)[P.block_n / 16][4], u32 v_addr) {
   wgmma_fence();
 #pragma unroll
@@ -392,11 +392,11 @@ ATTNJIT_DEVICE void issue_pv(float (&o)[P.head_dim_v / 2], u32 (&pa)[P.block_n /
 // upper half of the unit's last KV tile — the first warpgroup on a 128-key diagonal — it
 // runs softmax and P·V of that tile over the lower half only (S stays whole: see
 // consumer_step). Needs whole k16 steps.
-template <Params P>
+template <auto P>
 inline constexpr bool kHalfLastTile = Traits<P>::kCausalLike && P.block_n % 32 == 0;
 
 // True when warpgroup wg's rows see no key of the upper half of the unit's last tile.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE bool upper_half_unseen(const Work<P>& w, const Args& a, int wg) {
   using T = Traits<P>;
   const int last_row = min(w.row0 + wg * 64 + 63, w.rows - 1);
@@ -412,22 +412,22 @@ ATTNJIT_DEVICE bool upper_half_unseen(const Work<P>& w, const Args& a, int wg) {
 // the unit before (a restart per unit made warpgroup 0 wait for the last one's epilogue,
 // first S and first softmax at every unit boundary).
 ATTNJIT_DEVICE u32 turn_of(int wg) { return bar_of(Bar::kTurn, wg); }
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE int next_wg(int wg) { return wg + 1 == Traits<P>::kConsumers ? 0 : wg + 1; }
 // Before the CTA's first unit: warpgroup 0 goes first (the last one hands it the turn).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void turns_begin(int wg) {
   if (wg == Traits<P>::kConsumers - 1) named_barrier_arrive(turn_of(0), 2 * kWarpgroupThreads);
 }
 // After the CTA's last unit: warpgroup 0 takes the last hand-over, which has no GEMM to
 // issue, so every arrive has its sync.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void turns_end(int wg) {
   if (wg == 0) named_barrier_sync(turn_of(0), 2 * kWarpgroupThreads);
 }
 
 // A consumer warpgroup's unit, as its steps see it (registers aside).
-template <Params P>
+template <auto P>
 struct UnitCtx {
   SharedStorage<P>& s;
   const TmaDesc& k_map;
@@ -453,7 +453,7 @@ struct UnitCtx {
 // prefix of the fragment) made ptxas serialize the kernel's wgmmas (C7511), and the tensor
 // cores are not what limits these tiles — the softmax is.
 // Registers: S (block_n/2) + P (block_n/4) + O (dv/2) floats live at once.
-template <Params P, int kN>
+template <auto P, int kN>
 ATTNJIT_DEVICE void consumer_step(const UnitCtx<P>& c, int i, const RowRule<P>& rule,
                                   float (&o)[P.head_dim_v / 2], RowState& rs,
                                   float (&sc)[P.block_n / 2], u32 (&pa)[P.block_n / 16][4],
@@ -508,7 +508,7 @@ ATTNJIT_DEVICE void consumer_step(const UnitCtx<P>& c, int i, const RowRule<P>& 
 // P·V of the unit's last tile over its first kN keys, waited for. Its keys past the
 // sequence (a partial tile) may be NaN in V: zero those rows first (every warp of this
 // warpgroup, then a warpgroup barrier).
-template <Params P, int kN>
+template <auto P, int kN>
 ATTNJIT_DEVICE void consumer_last_pv(const UnitCtx<P>& c, float (&o)[P.head_dim_v / 2],
                                      u32 (&pa)[P.block_n / 16][4]) {
   SharedStorage<P>& s = c.s;
@@ -531,7 +531,7 @@ ATTNJIT_DEVICE void consumer_last_pv(const UnitCtx<P>& c, float (&o)[P.head_dim_
 // One consumer warpgroup on one unit: tile 0's S and softmax, steps 1 .. n−1 (the last
 // one half-width where kHalfLastTile allows), the last tile's P·V, the epilogue.
 // wg: the consumer index (0 .. kConsumers − 1); pos: the unit's place in the load streams.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
                              const Args& a, const Work<P>& w, int wg, const StreamPos pos) {
   using T = Traits<P>;
@@ -583,7 +583,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& k_map, const Tm
 }
 
 // Persistent: a consumer warpgroup's walk over the CTA's units (the producer's list).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void consumer_units(SharedStorage<P>& s, const TmaDesc& k_map, const TmaDesc& v_map,
                                    const Args& a, int wg) {
   StreamPos pos{0, 0};
@@ -603,7 +603,7 @@ ATTNJIT_DEVICE void consumer_units(SharedStorage<P>& s, const TmaDesc& k_map, co
 
 // Grid launch: (m_tiles, heads (h_q, or h_kv when packed), batch × splits) CTAs of one unit.
 // Persistent: (CTAs, 1, 1), at most one per SM, walking schedule.cuh's list. Traits::kThreads.
-template <Params P>
+template <auto P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, Traits<P>::kMinCtasPerSm)
     kernel(const __grid_constant__ TmaDesc q_map,  // q [rows, h_q, d], box [block_m/g, g, 64]
            const __grid_constant__ TmaDesc k_map,  // k [rows, h_kv, d] or [pages, page, h_kv, d]

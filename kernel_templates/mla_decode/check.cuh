@@ -11,12 +11,11 @@ namespace attnjit::mla_decode {
 
 using namespace attnjit::layout::mla_decode;
 
-struct CheckParams {
-  int page_size;
-};
+// P: the check table's fields (runtime/ops/mla_decode/config.cpp), declared by the
+// generated translation unit: page_size.
 
 // grid (b), kCheckThreads threads. atomicMin keeps the lowest (batch, what): a deterministic report.
-template <CheckParams P>
+template <auto P>
 __global__ void __launch_bounds__(kCheckThreads) check_kernel(const CheckArgs a) {
   const int b = static_cast<int>(blockIdx.x);
   const unsigned long long row = static_cast<unsigned long long>(b) << 32;

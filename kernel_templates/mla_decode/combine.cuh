@@ -13,14 +13,12 @@
 
 namespace attnjit::mla_decode {
 
-struct CombineParams {
-  DType dtype;    // output dtype
-  int num_heads;  // h (packed row = q_idx · h + head)
-};
+// P: the combine table's fields (runtime/ops/mla_decode/config.cpp), declared by the
+// generated translation unit: dtype, num_heads (packed row = q_idx · h + head).
 
 // grid (q_len·h, b), kCombineThreads threads; a row past its (ragged) sequence's q_len·h
 // has no output.
-template <CombineParams P>
+template <auto P>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineArgs a) {
   pdl_wait_prior_grids();
   const int row = static_cast<int>(blockIdx.x), batch = static_cast<int>(blockIdx.y);

@@ -1,7 +1,8 @@
 #pragma once
-// Pieces shared by the mla_decode kernels: the compile-time shape and the CTA's work item (which sequence, split, rows and KV tiles). The two main kernels
-// (sm90_mla_decode.cuh: softmax warpgroup + two P·V warpgroups; sm90_mla_decode_seesaw.cuh:
-// two warpgroups taking turns) differ in how a CTA walks its tiles and writes its output.
+// Pieces shared by the mla_decode kernels: the CTA's work item (which sequence, split, rows
+// and KV tiles). The two main kernels (sm90_mla_decode.cuh: softmax warpgroup + two P·V
+// warpgroups; sm90_mla_decode_seesaw.cuh: two warpgroups taking turns) differ in how a CTA
+// walks its tiles and writes its output.
 #include "common/arch.cuh"
 #include "common/types.cuh"
 #include "common/wgmma.cuh"
@@ -15,19 +16,9 @@ using namespace attnjit::layout::mla_decode;  // argument blocks and plan, share
 // (sm90_mla_decode.cuh, sm90_mla_decode_seesaw.cuh).
 enum class Schedule : int { kSeesaw, kSoftmaxWarpgroup };
 
-// Compile-time shape: the template fields of the runtime's mla_decode config table
-// (runtime/ops/mla_decode/config.cpp), member for member.
-struct Params {
-  DType dtype;      // bf16 / f16
-  int num_heads;    // h
-  int max_q_len;    // > 1 compiles the causal mask
-  int page_size;    // tokens per page
-  int block_m;      // 64 query rows per CTA
-  int block_n;      // keys per tile
-  int stages;       // KV ring depth
-  Swizzle swizzle;  // 128B
-  Schedule schedule;
-};
+// A kernel's P is the config's template fields — the rows of
+// runtime/include/attnjit/ops/mla_decode_config.def — as a struct the generated translation
+// unit declares (attnjit_generated::Params): P.dtype, P.num_heads, P.block_n, ...
 
 // One sequence's tokens: [start, start + q_len) of q / out.
 struct Seq {
@@ -59,7 +50,7 @@ struct Tile {
   int tile_begin, tile_end;
 };
 
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE Tile locate(const Args& a) {
   Tile t;
   t.batch = static_cast<int>(blockIdx.z);
@@ -83,7 +74,7 @@ ATTNJIT_DEVICE Tile locate(const Args& a) {
 // Last key each of this thread's two accumulator rows sees: causal (q_len > 1) row q_idx
 // sees keys 0 .. L - q_len + q_idx, q_len being the sequence's own; otherwise all L.
 // Negative: the row sees no key.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void row_limits(const Tile& t, int (&limit)[2]) {
   const int q_len = t.seq.q_len;
   const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
@@ -97,7 +88,7 @@ ATTNJIT_DEVICE void row_limits(const Tile& t, int (&limit)[2]) {
 
 // The smallest of those limits over the CTA's 64 rows (uniform): a KV tile whose last key
 // is at most this needs no mask for any row.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE int cta_min_limit(const Tile& t) {
   const int causal_limit = t.len - t.seq.q_len + t.row0 / P.num_heads;
   return P.max_q_len > 1 && causal_limit < t.len - 1 ? causal_limit : t.len - 1;

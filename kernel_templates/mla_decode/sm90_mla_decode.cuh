@@ -35,7 +35,7 @@
 
 namespace attnjit::mla_decode {
 
-template <Params P>
+template <auto P>
 struct Traits {
   static constexpr int kThreads = 3 * kWarpgroupThreads;
   static constexpr int kElem = dtype_bytes(P.dtype);
@@ -75,7 +75,7 @@ enum class Bar : u32 {
 };
 
 // The shared-memory plan. Tiles first (1024-aligned: the 128B swizzle repeat).
-template <Params P>
+template <auto P>
 struct SharedStorage {
   using T = Traits<P>;
   alignas(1024) u8 q[T::kQBytes];                 // Q  [64 rows][576] as 9 chunks
@@ -88,11 +88,11 @@ struct SharedStorage {
   MBarrier kv_full[P.stages];  // TMA of a KV stage complete (its release is Bar::kPFree)
 };
 
-template <Params P>
+template <auto P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 
 // The host launches with the plan in mla_decode/layout.cuh: it must be this layout's.
-template <Params P>
+template <auto P>
 inline constexpr bool kPlanMatches =
     kDynamicSmemBytes<P> == smem_bytes(dtype_bytes(P.dtype), P.block_m, P.block_n, P.stages,
                                        /*seesaw=*/false);
@@ -100,7 +100,7 @@ inline constexpr bool kPlanMatches =
 // ---- TMA issue (one thread) -------------------------------------------------------------
 
 // Q rows of this tile: rows [start·h + row0, +64) of q viewed as [total_q·h, 576].
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args& a,
                            const Tile& t) {
   using T = Traits<P>;
@@ -112,7 +112,7 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args
 
 // KV tile `tile` (the i-th of this CTA) into stage i % stages: 9 column boxes per page
 // piece, page from the block table.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a, int tile,
                             int i) {
   using T = Traits<P>;
@@ -136,19 +136,19 @@ ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const Ar
 
 // ---- consumers -------------------------------------------------------------------------
 
-template <Params P>
+template <auto P>
 using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;  // Q: K-major, 64 rows
-template <Params P>
+template <auto P>
 using KTile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;  // K: K-major, block_n rows
-template <Params P>
+template <auto P>
 using PTile = WgmmaKMajorTile<Traits<P>::kPSwizzle, P.block_m>;  // P: K-major, 64 rows
-template <Params P>
+template <auto P>
 using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, block_n key rows
 
 // Zeroes key rows [first, 64) of the 8 V chunks of a KV tile: rows past the sequence may
 // hold NaN, and P = 0 does not cancel NaN (0 × NaN = NaN). S of those keys is masked by
 // replacement; the zeros are published to the PV warpgroups by Bar::kPReady.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void zero_tail_rows(u8* tile, int first) {
   using T = Traits<P>;
   const int rows = P.block_n - first;
@@ -170,7 +170,7 @@ struct RowState {
 // two rows per thread, normalized by the row sums `l`; m is the final row max (log2
 // units). Unsplit: out (q's dtype) and lse; split: the f32 partial and its lse. A row with
 // l = 0 saw no key: zeros and lse -inf.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, const Args& a,
                                  const Tile& t, const float (&m)[2], const float (&l)[2]) {
   constexpr int kElem = dtype_bytes(P.dtype);
@@ -211,7 +211,7 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
 }
 
 // WG1: S = Q·Kᵀ, mask, online softmax; P and the row scales to shared memory.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
                                       const Tile& t) {
   using T = Traits<P>;
@@ -317,7 +317,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
 }
 
 // WG2 / WG3: O[:, half·256 + 0..256) = O·scale + P · V[:, same columns], P from smem.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Tile& t, int half) {
   using T = Traits<P>;
   const int tid = thread_in_warpgroup();
@@ -356,7 +356,7 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Tile&
 
 // ---- entry -----------------------------------------------------------------------------
 
-template <Params P>
+template <auto P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     kernel(const __grid_constant__ TmaDesc q_map,   // [total_q·h, 576], box [64, 64]
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]

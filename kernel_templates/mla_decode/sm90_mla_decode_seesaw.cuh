@@ -37,7 +37,7 @@
 
 namespace attnjit::mla_decode::seesaw {
 
-template <Params P>
+template <auto P>
 struct Traits {
   static constexpr int kThreads = 2 * kWarpgroupThreads;
   static constexpr int kElem = dtype_bytes(P.dtype);
@@ -87,7 +87,7 @@ enum class Bar : u32 {
 };
 inline constexpr u32 kBothWarpgroups = 2 * kWarpgroupThreads;
 
-template <Params P>
+template <auto P>
 struct SharedStorage {
   // After the tile loop the KV buffers hold the output staging tile (write_output).
   using T = Traits<P>;
@@ -104,11 +104,11 @@ struct SharedStorage {
   MBarrier kv_full[2][Traits<P>::kChunks];
 };
 
-template <Params P>
+template <auto P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 
 // The host launches with the plan in mla_decode/layout.cuh: it must be this layout's.
-template <Params P>
+template <auto P>
 inline constexpr bool kPlanMatches =
     kDynamicSmemBytes<P> == smem_bytes(dtype_bytes(P.dtype), P.block_m, P.block_n, P.stages,
                                        /*seesaw=*/true);
@@ -116,7 +116,7 @@ inline constexpr bool kPlanMatches =
 // Byte offsets of the operands from the (1024-aligned) storage base: the roles keep one
 // base address in a register instead of one per region (registers are at the 255 cap).
 // NVRTC has no offsetof; the kernel checks these against the struct once (layout_ok).
-template <Params P>
+template <auto P>
 struct Offsets {
   using T = Traits<P>;
   static constexpr u32 kQ = 0;
@@ -129,7 +129,7 @@ struct Offsets {
   static constexpr u32 kScaleOdd = kScaleEven + 4 * P.block_m;
 };
 
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE bool layout_ok(const SharedStorage<P>& s) {
   using O = Offsets<P>;
   const u32 base = smem_u32(&s);
@@ -140,16 +140,16 @@ ATTNJIT_DEVICE bool layout_ok(const SharedStorage<P>& s) {
          smem_u32(s.scale_odd) - base == O::kScaleOdd;
 }
 
-template <Params P>
+template <auto P>
 using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;  // Q (and P): K-major, 64 rows
-template <Params P>
+template <auto P>
 using KTile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;  // K: K-major, 64 key rows
-template <Params P>
+template <auto P>
 using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, 64 key rows
 
 // ---- TMA issue (one thread) -------------------------------------------------------------
 
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args& a,
                            const Tile& t) {
   using T = Traits<P>;
@@ -161,7 +161,7 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args
 
 // Chunks [kC0, kC1) of KV tile `tile` into buffer `buf`, chunk by chunk (each completes
 // its own barrier), page pieces from the block table.
-template <Params P, int kC0, int kC1>
+template <auto P, int kC0, int kC1>
 ATTNJIT_DEVICE void load_kv_part(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
                                  int tile, int buf) {
   using T = Traits<P>;
@@ -187,12 +187,12 @@ ATTNJIT_DEVICE void load_kv_part(SharedStorage<P>& s, const TmaDesc& kv_map, con
   }
 }
 
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void load_kv_lo(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
                                int tile, int buf) {
   load_kv_part<P, 0, Traits<P>::kLoChunks>(s, kv_map, a, tile, buf);
 }
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void load_kv_hi(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
                                int tile, int buf) {
   using T = Traits<P>;
@@ -218,7 +218,7 @@ ATTNJIT_HOST_DEVICE constexpr u64 desc_step(Where... where) {
 // soon as its TMA barrier (bars[c], this phase) completes; Q's rope chunk comes from
 // registers (q_rope[k-step]: RS A fragments), the others from smem. The first k-step of
 // the whole S (kFirst, chunk kC0) overwrites. Not committed here.
-template <Params P, int kC0, int kC1, bool kFirst>
+template <auto P, int kC0, int kC1, bool kFirst>
 ATTNJIT_DEVICE void issue_qk(float (&sc)[Traits<P>::kSAcc], u32 q_addr, u32 k_addr,
                              const u32 (&q_rope)[4][4], MBarrier* bars, u32 phase) {
   using T = Traits<P>;
@@ -246,7 +246,7 @@ ATTNJIT_DEVICE void issue_qk(float (&sc)[Traits<P>::kSAcc], u32 q_addr, u32 k_ad
 }
 
 // O[:, half] += P · V[buf][:, half] with P from registers (this warpgroup's own tile).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void issue_pv_local(float (&o)[Traits<P>::kAcc], const u32 (&p)[4][4], u32 v_addr,
                                    int half) {
   using T = Traits<P>;
@@ -260,7 +260,7 @@ ATTNJIT_DEVICE void issue_pv_local(float (&o)[Traits<P>::kAcc], const u32 (&p)[4
 }
 
 // O[:, half] += P · V[buf][:, half] with P from shared memory (the other warpgroup's tile).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void issue_pv_remote(float (&o)[Traits<P>::kAcc], u32 p_addr, u32 v_addr, int half) {
   using T = Traits<P>;
   const u32 col_byte = static_cast<u32>(half * T::kHalfCols * T::kElem);
@@ -278,7 +278,7 @@ ATTNJIT_DEVICE void issue_pv_remote(float (&o)[Traits<P>::kAcc], u32 p_addr, u32
 
 // Raw scores → masked (by replacement: a NaN score of a stale key must not survive) raw
 // scores and the row max of the tile, reduced over the 4 lanes of a row.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void mask_and_max(float (&sc)[Traits<P>::kSAcc], bool masked, int key0,
                                  const int (&limit)[2], float (&tile_max)[2]) {
   const int tid = thread_in_warpgroup();
@@ -301,7 +301,7 @@ ATTNJIT_DEVICE void mask_and_max(float (&sc)[Traits<P>::kSAcc], bool masked, int
 // Raw scores → P = exp2(s·c − m) in place (one FFMA + one MUFU each; max taken on raw
 // scores, c = scale·log2 e > 0); returns this thread's part of the row sums. A row whose
 // m is still -inf has seen no key: its p are exp2(−inf) = 0.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void exponentiate(float (&sc)[Traits<P>::kSAcc], const float (&m)[2],
                                  float scale_log2, float (&sum)[2]) {
   float neg_m[2];
@@ -324,14 +324,14 @@ ATTNJIT_DEVICE float rescale_factor(float m_old, float m_new) {
   return m_new == neg_inf() ? 1.0f : exp2_ftz(m_old - m_new);
 }
 
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void scale_rows(float (&o)[Traits<P>::kAcc], const float (&f)[2]) {
 #pragma unroll
   for (int i = 0; i < Traits<P>::kAcc; ++i) o[i] *= f[(i / 2) % 2];
 }
 
 // P (f32 accumulators, times f per row) → RS A fragments, one per k16 step.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void to_a_fragments(const float (&sc)[Traits<P>::kSAcc], u32 (&frag)[4][4]) {
 #pragma unroll
   for (int ks = 0; ks < P.block_n / 16; ++ks) wgmma_acc_to_a_fragment<P.dtype>(sc, ks, frag[ks]);
@@ -339,7 +339,7 @@ ATTNJIT_DEVICE void to_a_fragments(const float (&sc)[Traits<P>::kSAcc], u32 (&fr
 
 // P · f (per row) → a [64 × 64] K-major 128B-swizzled smem tile (the wgmma A layout),
 // then fenced for the async proxy that reads it.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void store_p(const float (&sc)[Traits<P>::kSAcc], const float (&f)[2], u32 tile) {
   using T = Traits<P>;
   // 16 swizzled addresses per thread, loop-invariant: computed here from opaque values
@@ -360,7 +360,7 @@ ATTNJIT_DEVICE void store_p(const float (&sc)[Traits<P>::kSAcc], const float (&f
 // Zeroes key rows [first, 64) of this warpgroup's 4 V chunks of a KV tile (stale rows may
 // hold NaN, and P = 0 does not cancel NaN), then syncs the warpgroup so that every warp's
 // zeros are visible to its wgmma. Only the last tile of a sequence can be partial.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void zero_v_rows(u32 tile, int first, int half) {
   using T = Traits<P>;
   // A row of a chunk is one 128-byte line (swizzling permutes its 16-byte units): a warp
@@ -384,7 +384,7 @@ struct Walk {
 
 // Masks a tile that needs it (the row limits are recomputed there: boundary tiles only)
 // and returns the row max of its raw scores.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void tile_row_max(float (&sc)[Traits<P>::kSAcc], const Walk& w, int tile,
                                  float (&tile_max)[2]) {
   const int key0 = tile * P.block_n;
@@ -396,7 +396,7 @@ ATTNJIT_DEVICE void tile_row_max(float (&sc)[Traits<P>::kSAcc], const Walk& w, i
 // ---- the two roles ----------------------------------------------------------------------
 
 // WG0: even tiles' S and softmax, O[:, 0:256). On entry S of the first even tile is done.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
                               const Walk& w, float (&o)[Traits<P>::kAcc], float (&l)[2],
                               const u32 (&q_rope)[4][4]) {
@@ -503,7 +503,7 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
 }
 
 // WG1: odd tiles' S and softmax, O[:, 256:512). On entry S of the first odd tile is done.
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
                              const Walk& w, float (&o)[Traits<P>::kAcc], float (&l)[2],
                              const u32 (&q_rope)[4][4]) {
@@ -607,7 +607,7 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
 // Staged rows [0, 64) (pitch bytes apart) → dst rows row0.. (kRowBytes apart), 16 bytes
 // per thread per step; rows at or past rows_b (the sequence's q_len·h) are the tile's
 // padding and stay unwritten.
-template <Params P, int kRowBytes>
+template <auto P, int kRowBytes>
 ATTNJIT_DEVICE void copy_rows(u32 stage, u32 pitch, u8* dst, int row0, int rows_b) {
   constexpr int kUnits = kRowBytes / 16;
 #pragma unroll 1
@@ -626,7 +626,7 @@ ATTNJIT_DEVICE void copy_rows(u32 stage, u32 pitch, u8* dst, int row0, int rows_
 //   unsplit: [64 rows][512] in q's dtype → out (and lse, from WG0)
 //   split:   [64 rows][512] f32 → the partial for mla_decode_combine (and its lse)
 // m: final row max (log2 units); l: the full row sum (0: the row saw no key → 0, -inf).
-template <Params P>
+template <auto P>
 ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], int half,
                                  const Args& a, const Tile& t, const float (&m)[2],
                                  const float (&l)[2]) {
@@ -680,7 +680,7 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
 
 // ---- entry -----------------------------------------------------------------------------
 
-template <Params P>
+template <auto P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     kernel(const __grid_constant__ TmaDesc q_map,   // [total_q·h, 576], box [64, 64]
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]

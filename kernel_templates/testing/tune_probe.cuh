@@ -7,13 +7,11 @@
 
 namespace attnjit::testing {
 
-// int fields only: the host twin is the kernel-table key and must have no padding.
-struct TuneProbeParams {
-  int mode;     // 0 copy, 1 one bit wrong, 2 store to an unmapped address, 3 __trap, 4 spin forever
-  int threads;  // block size
-};
+// P: the tune_probe table's fields (tests/support/tune_probe.cpp), declared by the generated
+// translation unit: mode (0 copy, 1 one bit wrong, 2 store to an unmapped address, 3 __trap,
+// 4 spin forever) and threads (block size).
 
-template <TuneProbeParams P>
+template <auto P>
 __global__ void __launch_bounds__(P.threads) tune_probe_kernel(const u32* src, u32* dst, int n) {
   static_assert(P.mode >= 0 && P.mode <= 4, "mode: 0..4");
   const int first = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);

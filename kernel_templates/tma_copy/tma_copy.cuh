@@ -18,16 +18,12 @@
 
 namespace attnjit::tma_copy {
 
-// Everything that changes the code's shape; mirrors runtime/ops/tma_copy (TmaCopyConfig).
-struct Params {
-  DType dtype;      // element type: only its size matters to a copy
-  int block_m;      // tile rows (one box's outer extent), 8..256, multiple of 8
-  int block_n;      // tile columns, elements
-  int stages;       // ring depth: up to stages-1 loads in flight ahead of the store
-  Swizzle swizzle;  // smem layout of the boxes (none, 32B, 64B, 128B)
-};
+// P is the config's fields — the rows of runtime/include/attnjit/ops/tma_copy_config.def —
+// as a struct the generated translation unit declares: dtype (only its size matters to a
+// copy), block_m, block_n, stages (ring depth: up to stages-1 loads ahead of the store),
+// swizzle.
 
-template <Params P>
+template <auto P>
 struct Traits {
   static constexpr int kElemBytes = dtype_bytes(P.dtype);
   static constexpr int kRowBytes = P.block_n * kElemBytes;  // one tile row
@@ -55,17 +51,17 @@ struct Traits {
 };
 
 // The shared-memory plan: the tile ring, then one 'full' barrier per stage.
-template <Params P>
+template <auto P>
 struct SharedStorage {
   alignas(Traits<P>::kSmemAlign) u8 tiles[P.stages][Traits<P>::kTileBytes];
   MBarrier full[P.stages];  // TMA load of stage s complete (tx-counted)
 };
 
 // Dynamic smem requested by the host: the plan plus slack to realign the base.
-template <Params P>
+template <auto P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + Traits<P>::kSmemAlign;
 
-template <Params P>
+template <auto P>
 __global__ void __launch_bounds__(32, 1)
     kernel(const __grid_constant__ TmaDesc src,  // [rows, cols], box [block_m, kBoxInner]
            const __grid_constant__ TmaDesc dst,  // [rows, cols], same box

@@ -4,17 +4,20 @@
 //
 //   JSON out (canonical order) and in (unknown keys and wrong types refused, naming the
 //   field), describe(), the `attnjit list` rows, each field's own rule in validate(), the
-//   generated instantiation's designated initializers, the in-process binary key, and the
-//   field names the tuner accepts in a search space.
+//   kernel's device Params (the generated translation unit declares it: one member per
+//   template field, in table order) and its designated initializers, the in-process binary
+//   key, and the field names the tuner accepts in a search space.
 //
-// A template field is a member of the kernel's device Params of the same name: it is in the
-// key and the generated source, and the generated translation unit static_asserts that
-// Params has exactly as many members as the table has template fields (a member the table
-// misses would silently be zero; one the table names but Params lacks fails to compile). A
-// launch field is read by the host launch only: it changes the JSON, never the source, the
-// in-process key or the disk key.
+// A template field is a member of the generated Params (the kernel reads it as P.<name>; a
+// name the kernel uses but the table lacks fails to compile): it is in the key and the
+// generated source. A launch field is read by the host launch only: it changes the JSON,
+// never the source, the in-process key or the disk key.
 //
-// Adding a plain compile-time field: its table entry and its use in the kernel.
+// A public config's table is its .def file (runtime/include/attnjit/ops/<op>_config.def),
+// one ATTNJIT_FIELD row per field; the public header expands the rows into the struct's
+// members (ATTNJIT_CONFIG_MEMBER) and the op's config.cpp into its ConfigTable
+// (ATTNJIT_CONFIG_ROW). Adding a plain compile-time field: its row, its use in the kernel
+// (P.<name>; the device Params is generated from the rows), a test.
 #include <fmt/format.h>
 
 #include <array>
@@ -110,6 +113,7 @@ struct Codec<int> {
   }
   static std::string expected() { return "an integer"; }
   static std::string cxx(int v) { return std::to_string(v); }
+  static std::string cxx_type() { return "int"; }
   static std::string text(int v) { return std::to_string(v); }
   static int32_t word(int v) { return v; }
 };
@@ -123,6 +127,7 @@ struct Codec<bool> {
   }
   static std::string expected() { return "true or false"; }
   static std::string cxx(bool v) { return v ? "true" : "false"; }
+  static std::string cxx_type() { return "bool"; }
   static std::string text(bool v) { return v ? "true" : "false"; }
   static int32_t word(bool v) { return v ? 1 : 0; }
 };
@@ -146,6 +151,11 @@ struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
     for (const Spelled<E>& s : EnumSpelling<E>::kAll)
       if (s.value == v) return std::string(s.cxx);
     return "?";
+  }
+  // The device enum: the enumerators' spelling without their last component.
+  static std::string cxx_type() {
+    const std::string_view e = EnumSpelling<E>::kAll[0].cxx;
+    return std::string(e.substr(0, e.rfind("::")));
   }
   static std::string text(E v) {
     const std::string_view n = enum_name(v);
@@ -261,6 +271,25 @@ struct Field {
   std::string_view derived_default_text = {};
 };
 
+// The helpers a .def row's rule may name unqualified (config.cpp: `using namespace
+// ops::rules;` where it expands the rows).
+namespace rules {
+using ops::any_bool;
+using ops::int_range;
+using ops::one_of;
+using ops::pow2_range;
+}  // namespace rules
+
+// A .def row as a ConfigTable constructor argument (each row brings its leading comma:
+// `ConfigTable{"op" ROWS}`): ATTNJIT_FIELD(type, member, default, kind, rule, doc, extras...)
+// where kind is Template or Launch and extras are Field's optional designated initializers
+// (.brief, .brief_always, .derived_default, .derived_default_text).
+#define ATTNJIT_CONFIG_ROW(Config, T_, member_, default_, kind_, rule_, doc_, ...)           \
+  , ::attnjit::ops::Field<Config, T_> {                                                     \
+    .name = #member_, .member = &Config::member_, .kind = ::attnjit::ops::FieldKind::k##kind_, \
+    .rule = rule_, .doc = doc_, __VA_ARGS__                                                  \
+  }
+
 // ---- the table --------------------------------------------------------------------------
 
 inline constexpr int kMaxKeyFields = static_cast<int>(sizeof(jit::KernelKey::words) / sizeof(int32_t));
@@ -349,12 +378,13 @@ class ConfigTable {
     return s;
   }
 
-  // The designated initializers of the device Params, in table (= declaration) order.
+  // The device Params' members and designated initializers, in table order.
   std::vector<jit::TemplateArg> template_args(const C& c) const {
     std::vector<jit::TemplateArg> args;
     each([&](const auto& f) {
+      using V = field_type<decltype(f)>;
       if (f.kind == FieldKind::kTemplate)
-        args.push_back({std::string(f.name), Codec<field_type<decltype(f)>>::cxx(c.*f.member)});
+        args.push_back({std::string(f.name), Codec<V>::cxx(c.*f.member), Codec<V>::cxx_type()});
     });
     return args;
   }
@@ -412,12 +442,11 @@ class ConfigTable {
 struct KernelEntry {
   std::string_view op;      // registry name, e.g. "mha_fwd"
   std::string_view header;  // under kernel_templates/
-  std::string_view kernel;  // qualified template name
-  std::string_view params;  // qualified device Params type
+  std::string_view kernel;  // qualified template name (`template <auto P>`)
 };
 
-// The recipe of config `c`: the table's template fields as the Params initializers (with
-// the generated member-count check) and its canonical JSON in the TU's header comment.
+// The recipe of config `c`: the table's template fields as the generated Params (members
+// and initializers) and its canonical JSON in the TU's header comment.
 template <class C, class... T>
 jit::KernelRecipe table_recipe(const ConfigTable<C, T...>& table, const C& c, const KernelEntry& entry,
                                Arch arch, unsigned dynamic_smem_bytes) {
@@ -425,9 +454,7 @@ jit::KernelRecipe table_recipe(const ConfigTable<C, T...>& table, const C& c, co
   r.source.op = std::string(entry.op);
   r.source.header = std::string(entry.header);
   r.source.kernel = std::string(entry.kernel);
-  r.source.params_type = std::string(entry.params);
   r.source.args = table.template_args(c);
-  r.source.check_member_count = true;
   r.source.config_json = table.to_json(c).dump();
   r.options.arch = arch;
   r.dynamic_smem_bytes = dynamic_smem_bytes;

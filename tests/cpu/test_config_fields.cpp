@@ -93,13 +93,35 @@ TEST_CASE("every field of every op's config table drives key, JSON and source", 
   SECTION("tune_probe") { walk_fields(attnjit::test::tune_probe_op()); }
 }
 
-TEST_CASE("the generated source checks the Params member count", "[config][fields]") {
-  const OpSpec& op = attnjit::ops::find_op("mha_fwd");
-  const attnjit::jit::KernelRecipe r = op.recipe(op.default_set().front(), attnjit::kSm90a);
-  CHECK(r.source.check_member_count);
-  const std::string tu = attnjit::jit::translation_unit(r.source);
-  CHECK(tu.find(fmt::format("member_count<attnjit::mha_fwd::Params>() == {}", r.source.args.size())) !=
-        std::string::npos);
+TEST_CASE("the generated source declares the kernel's Params from the table", "[config][fields]") {
+  for (const char* name : {"mha_fwd", "mla_decode", "tma_copy"}) {
+    INFO(name);
+    const OpSpec& op = attnjit::ops::find_op(name);
+    const attnjit::jit::KernelRecipe r = op.recipe(op.default_set().front(), attnjit::kSm90a);
+    CHECK(r.source.params_type.empty());  // declared by the TU, never hand-written
+    const std::string tu = attnjit::jit::translation_unit(r.source);
+    // One member per template field, in table order, of the type its codec names.
+    std::string members = "struct Params {\n";
+    for (const auto& a : r.source.args) members += fmt::format("  {} {};\n", a.type, a.field);
+    members += "};\n";
+    CHECK(tu.find(members) != std::string::npos);
+    CHECK(tu.find(fmt::format("{}<attnjit_generated::Params{{.", r.source.kernel)) != std::string::npos);
+    // Every template field of the table is a member; the launch fields are not.
+    int template_fields = 0;
+    for (const auto& f : op.fields) template_fields += f.kind == FieldKind::kTemplate;
+    CHECK(static_cast<int>(r.source.args.size()) == template_fields);
+  }
+  // An enum's device type is its enumerators' scope.
+  const auto mha = attnjit::ops::find_op("mha_fwd").recipe(
+      attnjit::ops::find_op("mha_fwd").default_set().front(), attnjit::kSm90a);
+  bool saw_mask = false;
+  for (const auto& a : mha.source.args)
+    if (a.field == "mask") {
+      saw_mask = true;
+      CHECK(a.type == "attnjit::mha_fwd::Mask");
+      CHECK(a.value.rfind("attnjit::mha_fwd::Mask::k", 0) == 0);
+    }
+  CHECK(saw_mask);
 }
 
 namespace {

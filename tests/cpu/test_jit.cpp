@@ -27,12 +27,11 @@ jit::KernelSource tma_copy_source(const std::string& dtype_value = "attnjit::DTy
   s.op = "tma_copy";
   s.header = "tma_copy/tma_copy.cuh";
   s.kernel = "attnjit::tma_copy::kernel";
-  s.params_type = "attnjit::tma_copy::Params";
-  s.args = {{"dtype", dtype_value},
-            {"block_m", "64"},
-            {"block_n", "64"},
-            {"stages", "2"},
-            {"swizzle", "attnjit::Swizzle::k128B"}};
+  s.args = {{"dtype", dtype_value, "attnjit::DType"},
+            {"block_m", "64", "int"},
+            {"block_n", "64", "int"},
+            {"stages", "2", "int"},
+            {"swizzle", "attnjit::Swizzle::k128B", "attnjit::Swizzle"}};
   s.config_json = "{}";
   return s;
 }
@@ -59,12 +58,12 @@ struct ScopedEnv {
 TEST_CASE("instantiation names every template argument", "[jit]") {
   const jit::KernelSource s = tma_copy_source();
   CHECK(jit::instantiation_expression(s) ==
-        "attnjit::tma_copy::kernel<attnjit::tma_copy::Params{.dtype = attnjit::DType::kBF16, "
+        "attnjit::tma_copy::kernel<attnjit_generated::Params{.dtype = attnjit::DType::kBF16, "
         ".block_m = 64, .block_n = 64, .stages = 2, .swizzle = attnjit::Swizzle::k128B}>");
   const std::string tu = jit::translation_unit(s);
   CHECK(tu.find("#include \"tma_copy/tma_copy.cuh\"") != std::string::npos);
   CHECK(tu.find(jit::instantiation_expression(s)) != std::string::npos);
-  CHECK(tu.find("//   block_m = 64") != std::string::npos);
+  CHECK(tu.find("struct Params {\n  attnjit::DType dtype;\n  int block_m;\n") != std::string::npos);
 }
 
 TEST_CASE("kernel templates are embedded", "[jit]") {

@@ -18,7 +18,7 @@ namespace {
 
 using nlohmann::json;
 
-struct Params {  // attnjit::testing::TuneProbeParams
+struct Params {  // the kernel's P (testing/tune_probe.cuh)
   int mode = 0;
   int threads = 256;
   void validate() const;
@@ -47,8 +47,7 @@ json to_json(const Params& p) { return json::parse(table().to_json(p).dump()); }
 
 jit::KernelRecipe recipe_of(const Params& p, Arch arch) {
   return ops::table_recipe(table(), p,
-                           {"tune_probe", "testing/tune_probe.cuh", "attnjit::testing::tune_probe_kernel",
-                            "attnjit::testing::TuneProbeParams"},
+                           {"tune_probe", "testing/tune_probe.cuh", "attnjit::testing::tune_probe_kernel"},
                            arch, 0);
 }
 

@@ -61,3 +61,9 @@ inline constexpr Arch kSm100a{10, 0, true};
 std::optional<Arch> parse_arch(std::string_view name) noexcept;  // "sm_90a", "90a", "sm_100a"
 
 }  // namespace attnjit
+
+// A config struct declares its members from its .def rows (attnjit/ops/<op>_config.def):
+//   #define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+//   #include "attnjit/ops/<op>_config.def"
+//   #undef ATTNJIT_FIELD
+#define ATTNJIT_CONFIG_MEMBER(T_, member_, default_, ...) T_ member_ = default_;

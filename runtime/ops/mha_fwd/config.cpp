@@ -55,50 +55,14 @@ using ops::FieldKind;
 bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 const auto kHalf = ops::one_of<DType>({DType::kBF16, DType::kF16});
 
-template <class T>
-using F = ops::Field<MhaFwdConfig, T>;
+// The config's fields are the rows of attnjit/ops/mha_fwd_config.def.
 const auto& table() {
+  using namespace ops::rules;
   static const ops::ConfigTable t{
-      "mha_fwd",
-      F<DType>{"dtype", &MhaFwdConfig::dtype, FieldKind::kTemplate, kHalf, "q, k, v and out type", "{}", true},
-      F<int>{"head_dim", &MhaFwdConfig::head_dim, FieldKind::kTemplate,
-             ops::one_of<int>({64, 128, 192, 256}), "d of q·k", "d{}", true},
-      F<int>{"head_dim_v", &MhaFwdConfig::head_dim_v, FieldKind::kTemplate,
-             ops::one_of<int>({64, 128, 256}, "= head_dim, or 128 with head_dim 192"), "d of v and out",
-             "dv{}", true, [](const MhaFwdConfig& c) { return c.head_dim == 192 ? 128 : c.head_dim; },
-             "head_dim (128 with head_dim 192)"},
-      F<int>{"block_m", &MhaFwdConfig::block_m, FieldKind::kTemplate, ops::one_of<int>({128, 192}),
-             "query rows per CTA (2 or 3 consumer warpgroups × 64)", "m{}", true},
-      F<int>{"block_n", &MhaFwdConfig::block_n, FieldKind::kTemplate,
-             ops::int_range(16, 256, 16,
-                            "dv/2 + 3·block_n/4 ≤ 224 (192 persistent, 128 with block_m 192); "
-                            "power of 2 when paged"),
-             "keys per KV tile", "n{}", true},
-      F<int>{"stages", &MhaFwdConfig::stages, FieldKind::kTemplate,
-             ops::int_range(2, 4, 1, "within 227 KiB"), "K/V ring depth", "s{}", true},
-      F<Swizzle>{"swizzle", &MhaFwdConfig::swizzle, FieldKind::kTemplate,
-                 ops::one_of<Swizzle>({Swizzle::k128B}), "Q/K/V smem layout"},
-      F<MaskKind>{"mask", &MhaFwdConfig::mask, FieldKind::kTemplate,
-                  ops::one_of<MaskKind>({MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
-                                         MaskKind::kCausalWindow, MaskKind::kChunked}),
-                  "mask kind (bottom-right aligned)", "{}", true},
-      F<ScoreMod>{"score_mod", &MhaFwdConfig::score_mod, FieldKind::kTemplate,
-                  ops::one_of<ScoreMod>({ScoreMod::kNone, ScoreMod::kSoftcap, ScoreMod::kAlibi}),
-                  "score modifier", "{}"},
-      F<bool>{"ragged", &MhaFwdConfig::ragged, FieldKind::kTemplate, ops::any_bool(),
-              "q (and contiguous k/v) as [total, h, d] + offsets", "ragged"},
-      F<KvLayout>{"kv_layout", &MhaFwdConfig::kv_layout, FieldKind::kTemplate,
-                  ops::one_of<KvLayout>({KvLayout::kContiguous, KvLayout::kPaged}), "KV storage", "{}"},
-      F<int>{"page_size", &MhaFwdConfig::page_size, FieldKind::kTemplate,
-             ops::one_of<int>({0, 16, 32, 64, 128, 256}, "0 unless kv_layout is paged"),
-             "tokens per KV page", "page{}"},
-      F<int>{"group", &MhaFwdConfig::group, FieldKind::kTemplate, ops::one_of<int>({0, 2, 4, 8, 16}),
-             "query heads packed per KV head (0: one per CTA)", "g{}"},
-      F<bool>{"sink", &MhaFwdConfig::sink, FieldKind::kTemplate, ops::any_bool(),
-              "per-head attention sink logits", "sink"},
-      F<bool>{"persistent", &MhaFwdConfig::persistent, FieldKind::kTemplate,
-              ops::any_bool("true: block_m 128, dv/2 + 3·block_n/4 ≤ 192"),
-              "one CTA per SM over a static row-block list, producer warpgroup", "persistent"},
+      "mha_fwd"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(MhaFwdConfig, __VA_ARGS__)
+#include "attnjit/ops/mha_fwd_config.def"
+#undef ATTNJIT_FIELD
   };
   return t;
 }
@@ -275,23 +239,20 @@ void MhaCheckConfig::validate() const { check_table().check_rules(*this); }
 jit::KernelRecipe mha_fwd_recipe(const MhaFwdConfig& c, Arch arch) {
   require_sm90a(arch, "mha_fwd");
   return table_recipe(table(), c,
-                      {"mha_fwd", "mha_fwd/sm90_mha_fwd.cuh", "attnjit::mha_fwd::kernel",
-                       "attnjit::mha_fwd::Params"},
+                      {"mha_fwd", "mha_fwd/sm90_mha_fwd.cuh", "attnjit::mha_fwd::kernel"},
                       arch, c.dynamic_smem_bytes());
 }
 
 jit::KernelRecipe mha_combine_recipe(const MhaCombineConfig& c, Arch arch) {
   require_sm90a(arch, "mha_fwd_combine");
   return table_recipe(combine_table(), c,
-                      {"mha_fwd_combine", "mha_fwd/combine.cuh", "attnjit::mha_fwd::combine_kernel",
-                       "attnjit::mha_fwd::CombineParams"},
+                      {"mha_fwd_combine", "mha_fwd/combine.cuh", "attnjit::mha_fwd::combine_kernel"},
                       arch, 0);
 }
 
 jit::KernelRecipe mha_check_recipe(const MhaCheckConfig& c, Arch arch) {
   return table_recipe(check_table(), c,
-                      {"mha_fwd_check", "mha_fwd/check.cuh", "attnjit::mha_fwd::check_kernel",
-                       "attnjit::mha_fwd::CheckParams"},
+                      {"mha_fwd_check", "mha_fwd/check.cuh", "attnjit::mha_fwd::check_kernel"},
                       arch, 0);
 }
 

@@ -32,32 +32,14 @@ using ops::FieldKind;
 const auto kHalf = ops::one_of<DType>({DType::kBF16, DType::kF16});
 const auto kHeads = ops::int_range(16, 128, 16);
 
-template <class T>
-using F = ops::Field<MlaDecodeConfig, T>;
+// The config's fields are the rows of attnjit/ops/mla_decode_config.def.
 const auto& table() {
+  using namespace ops::rules;
   static const ops::ConfigTable t{
-      "mla_decode",
-      F<DType>{"dtype", &MlaDecodeConfig::dtype, FieldKind::kTemplate, kHalf, "q, cache and out type",
-               "{}", true},
-      F<int>{"num_heads", &MlaDecodeConfig::num_heads, FieldKind::kTemplate, kHeads, "query heads h",
-             "h{}", true},
-      F<int>{"max_q_len", &MlaDecodeConfig::max_q_len, FieldKind::kTemplate, ops::int_range(1, 8),
-             "q_len bound; > 1 compiles the causal (MTP) mask", "q<={}", true},
-      F<int>{"page_size", &MlaDecodeConfig::page_size, FieldKind::kTemplate, ops::pow2_range(16, 256),
-             "tokens per cache page", "page{}", true},
-      F<int>{"block_m", &MlaDecodeConfig::block_m, FieldKind::kTemplate, ops::one_of<int>({64}),
-             "query rows (q_len × h packed) per CTA: one wgmma M", "m{}", true},
-      F<int>{"block_n", &MlaDecodeConfig::block_n, FieldKind::kTemplate, ops::one_of<int>({32, 64}),
-             "keys per KV tile", "n{}", true},
-      F<int>{"stages", &MlaDecodeConfig::stages, FieldKind::kTemplate,
-             ops::int_range(2, 4, 1, "Q + stages × tile within 227 KiB (64 keys: 2; 32 keys: 4)"),
-             "KV tile ring depth", "s{}", true},
-      F<Swizzle>{"swizzle", &MlaDecodeConfig::swizzle, FieldKind::kTemplate,
-                 ops::one_of<Swizzle>({Swizzle::k128B}), "Q/K/V smem layout", "{}", true},
-      F<MlaSchedule>{"schedule", &MlaDecodeConfig::schedule, FieldKind::kTemplate,
-                     ops::one_of<MlaSchedule>({MlaSchedule::kSeesaw, MlaSchedule::kSoftmaxWarpgroup},
-                                              "seesaw needs block_n 64 and stages 2"),
-                     "warpgroup roles: two taking turns, or softmax + two P·V", "{}", true},
+      "mla_decode"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(MlaDecodeConfig, __VA_ARGS__)
+#include "attnjit/ops/mla_decode_config.def"
+#undef ATTNJIT_FIELD
   };
   return t;
 }
@@ -91,8 +73,7 @@ jit::KernelRecipe main_recipe(const MlaDecodeConfig& c, Arch arch) {
   const ops::KernelEntry entry{
       "mla_decode",
       seesaw ? "mla_decode/sm90_mla_decode_seesaw.cuh" : "mla_decode/sm90_mla_decode.cuh",
-      seesaw ? "attnjit::mla_decode::seesaw::kernel" : "attnjit::mla_decode::kernel",
-      "attnjit::mla_decode::Params"};
+      seesaw ? "attnjit::mla_decode::seesaw::kernel" : "attnjit::mla_decode::kernel"};
   return ops::table_recipe(table(), c, entry, arch, ops::mla_smem_bytes(c));
 }
 
@@ -100,14 +81,14 @@ jit::KernelRecipe combine_recipe(const ops::MlaCombineConfig& c, Arch arch) {
   ops::require_sm90a(arch, "mla_decode_combine");
   return ops::table_recipe(combine_table(), c,
                            {"mla_decode_combine", "mla_decode/combine.cuh",
-                            "attnjit::mla_decode::combine_kernel", "attnjit::mla_decode::CombineParams"},
+                            "attnjit::mla_decode::combine_kernel"},
                            arch, 0);
 }
 
 jit::KernelRecipe check_recipe(const ops::MlaCheckConfig& c, Arch arch) {
   return ops::table_recipe(check_table(), c,
                            {"mla_decode_check", "mla_decode/check.cuh",
-                            "attnjit::mla_decode::check_kernel", "attnjit::mla_decode::CheckParams"},
+                            "attnjit::mla_decode::check_kernel"},
                            arch, 0);
 }
 

@@ -9,6 +9,7 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/tma.hpp"
+#include "common/constants.cuh"
 #include "driver/driver.hpp"
 #include "ops/registry.hpp"
 #include "ops/field_table.hpp"
@@ -16,7 +17,6 @@
 namespace attnjit {
 namespace {
 
-constexpr int kMaxSmemPerBlock = 232448;  // sm_90 / sm_100 opt-in limit (227 KiB)
 constexpr int kSmemPerSm = 233472;        // 228 KiB per SM, of which 1 KiB per block is reserved
 constexpr int kThreads = 32;              // one warp; one elected lane drives the copy engine
 
@@ -25,36 +25,19 @@ int box_inner_bytes(const TmaCopyConfig& c) {
 }
 int tile_bytes(const TmaCopyConfig& c) { return c.block_m * c.block_n * dtype_bytes(c.dtype); }
 
-// The config's fields: the only place one is declared (ops/field_table.hpp).
-template <class T>
-using F = ops::Field<TmaCopyConfig, T>;
+// The config's fields are the rows of attnjit/ops/tma_copy_config.def.
 const auto& table() {
-  using ops::FieldKind;
+  using namespace ops::rules;
   static const ops::ConfigTable t{
-      "tma_copy",
-      F<DType>{"dtype", &TmaCopyConfig::dtype, FieldKind::kTemplate,
-               ops::one_of<DType>({DType::kBF16, DType::kF16, DType::kF32, DType::kE4M3,
-                                   DType::kE5M2, DType::kI32, DType::kU8}),
-               "element type (a copy only cares about its size)", "{}", true},
-      F<int>{"block_m", &TmaCopyConfig::block_m, FieldKind::kTemplate, ops::int_range(8, 256, 8),
-             "tile rows (one TMA box's outer extent)", "m{}", true},
-      F<int>{"block_n", &TmaCopyConfig::block_n, FieldKind::kTemplate,
-             ops::int_range(1, 1 << 16, 1,
-                            "a row is 16-byte multiples and whole swizzle spans; <= 256 without "
-                            "swizzle"),
-             "tile columns (elements)", "n{}", true},
-      F<int>{"stages", &TmaCopyConfig::stages, FieldKind::kTemplate,
-             ops::int_range(1, 16, 1, "ring within 227 KiB"), "shared-memory pipeline depth",
-             "s{}", true},
-      F<Swizzle>{"swizzle", &TmaCopyConfig::swizzle, FieldKind::kTemplate,
-                 ops::one_of<Swizzle>({Swizzle::kNone, Swizzle::k32B, Swizzle::k64B, Swizzle::k128B}),
-                 "smem swizzle of each box", "{}", true},
+      "tma_copy"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(TmaCopyConfig, __VA_ARGS__)
+#include "attnjit/ops/tma_copy_config.def"
+#undef ATTNJIT_FIELD
   };
   return t;
 }
 
-constexpr ops::KernelEntry kEntry{"tma_copy", "tma_copy/tma_copy.cuh", "attnjit::tma_copy::kernel",
-                                  "attnjit::tma_copy::Params"};
+constexpr ops::KernelEntry kEntry{"tma_copy", "tma_copy/tma_copy.cuh", "attnjit::tma_copy::kernel"};
 
 jit::KernelRecipe recipe_of(const TmaCopyConfig& c, Arch arch) {
   return ops::table_recipe(table(), c, kEntry, arch, c.dynamic_smem_bytes());

@@ -43,29 +43,12 @@ std::string_view to_string(KvLayout l) noexcept;  // "contiguous", "paged"
 // Compile-time shape and features of the kernel (template arguments). Values — window
 // sizes, chunk, cap, slopes, sink logits, scale, lengths, the split count — are run-time.
 struct MhaFwdConfig {
-  DType dtype = DType::kBF16;          // q, k, v and out: bf16 or f16
-  int head_dim = 128;                  // d (q·k): 64, 128, 192, 256
-  int head_dim_v = 128;                // dv: = head_dim, or 128 with head_dim 192
-  int block_m = 128;                   // query rows per CTA: 128 (two consumer warpgroups
-                                       // × 64 rows) or 192 (three, each capped at 168
-                                       // registers: dv/2 + 3·block_n/4 ≤ 128)
-  int block_n = 128;                   // keys per KV tile: multiple of 16 in 16..256
-  int stages = 2;                      // K/V ring depth (fit checked against 227 KiB)
-  Swizzle swizzle = Swizzle::k128B;    // Q/K/V tile layout
-  MaskKind mask = MaskKind::kNone;
-  ScoreMod score_mod = ScoreMod::kNone;
-  bool ragged = false;                 // q (and contiguous k/v) as [total, h, d] + offsets
-  KvLayout kv_layout = KvLayout::kContiguous;
-  int page_size = 0;                   // paged: 16..256, power of two; else 0
-  int group = 0;                       // 0: any h_q/h_kv, one query head per CTA;
-                                       // g ∈ {2,4,8,16}: pack g query heads of one KV head
-                                       // into the rows of a CTA (h_q = g·h_kv, decode/GQA)
-  bool sink = false;                   // per-head attention sink logits
-  bool persistent = false;             // one CTA per SM walking a static list of row blocks
-                                       // (causal: long and short paired), a producer
-                                       // warpgroup loading the next one's Q and K/V under
-                                       // the current one's tail; block_m 128 only, consumers
-                                       // at 232 registers (dv/2 + 3·block_n/4 ≤ 192)
+  // The fields (dtype, head_dim, head_dim_v, block_m, block_n, stages, swizzle, mask,
+  // score_mod, ragged, kv_layout, page_size, group, sink, persistent), each with its rule
+  // and doc, are the rows of mha_fwd_config.def.
+#define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+#include "attnjit/ops/mha_fwd_config.def"
+#undef ATTNJIT_FIELD
 
   void validate() const;  // throws Error(kUnsupportedConfig) naming the field and the rule
   unsigned dynamic_smem_bytes() const;

@@ -48,16 +48,11 @@ std::string_view to_string(MlaSchedule s);
 // Compile-time shape of the kernel (template arguments). Run-time values — q_len up to
 // max_q_len, lengths, the split count, the softmax scale — are kernel parameters.
 struct MlaDecodeConfig {
-  DType dtype = DType::kBF16;        // bf16 or f16 (q, cache and out)
-  int num_heads = 128;               // h: 16..128, multiple of 16
-  int max_q_len = 1;                 // 1..8; > 1 compiles the causal (MTP) mask
-  int page_size = 64;                // 16, 32, 64, 128 or 256 tokens
-  int block_m = 64;                  // query rows (q_len × h packed) per CTA: 64 (one wgmma M)
-  int block_n = 64;                  // keys per KV tile: 32 or 64
-  int stages = 2;                    // KV tile ring depth: 2..4 while Q + stages × tile fits
-                                     // (64 keys: 2 × 72 KiB; 32 keys: up to 4 × 36 KiB)
-  Swizzle swizzle = Swizzle::k128B;  // smem layout of Q/K/V tiles: 128B
-  MlaSchedule schedule = MlaSchedule::kSeesaw;  // seesaw needs block_n 64 and stages 2
+  // The fields (dtype, num_heads, max_q_len, page_size, block_m, block_n, stages, swizzle,
+  // schedule), each with its rule and doc, are the rows of mla_decode_config.def.
+#define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+#include "attnjit/ops/mla_decode_config.def"
+#undef ATTNJIT_FIELD
 
   void validate() const;  // throws Error(kUnsupportedConfig) naming the field
   std::string to_json() const;

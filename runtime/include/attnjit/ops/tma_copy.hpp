@@ -15,11 +15,11 @@
 namespace attnjit {
 
 struct TmaCopyConfig {
-  DType dtype = DType::kBF16;        // element type (a copy only cares about its size)
-  int block_m = 128;                 // tile rows: 8..256, multiple of 8
-  int block_n = 128;                 // tile columns (elements); a row is whole swizzle spans
-  int stages = 4;                    // smem ring depth, 1..16
-  Swizzle swizzle = Swizzle::kNone;  // smem layout of each box
+  // The fields (dtype, block_m, block_n, stages, swizzle), each with its rule and doc, are
+  // the rows of tma_copy_config.def.
+#define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+#include "attnjit/ops/tma_copy_config.def"
+#undef ATTNJIT_FIELD
 
   // Throws Error(kUnsupportedConfig) naming the first invalid field and the rule.
   void validate() const;
