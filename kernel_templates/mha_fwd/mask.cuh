@@ -134,7 +134,7 @@ ATTNJIT_DEVICE RowRule<P> row_rule(const Work<P>& w, const Args& a, int local_ro
     r.slope_log2[i] = 0.0f;
     if constexpr (P.score_mod == Mod::kAlibi) {
       const int head = T::kPacked ? w.head * T::kGroup + row % T::kGroup : w.head;
-      r.slope_log2[i] = a.alibi[clampi(head, 0, a.h_q - 1)] * 1.4426950408889634f;
+      r.slope_log2[i] = a.alibi[clampi(head, 0, a.h_q - 1)] * kLog2e;
     }
   }
   return r;

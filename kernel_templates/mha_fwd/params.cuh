@@ -21,7 +21,7 @@ enum class Layout : int { kContiguous, kPaged };
 
 template <auto P>
 struct Traits {
-  static constexpr int kConsumers = P.block_m / 64;                  // math warpgroups: 2, 3
+  static constexpr int kConsumers = P.block_m / kWgmmaM;             // math warpgroups: 2, 3
   // Persistent launch (mha_fwd/schedule.cuh): warpgroup 0 is a producer — one thread issues
   // every TMA load, running ahead across units — and the consumers are warpgroups 1..2.
   static constexpr bool kProducer = P.persistent;

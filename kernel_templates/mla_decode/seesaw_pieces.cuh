@@ -39,7 +39,7 @@ struct Traits {
 
   static_assert(P.schedule == Schedule::kSeesaw, "this file is the seesaw schedule");
   static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/cache are bf16 or f16");
-  static_assert(P.block_m == 64, "one wgmma M (64) of query rows");
+  static_assert(P.block_m == kWgmmaM, "one wgmma M of query rows");
   static_assert(P.block_n == 64, "64-key tiles: P is one 128B swizzle span per row");
   static_assert(P.stages == 2, "two KV buffers, the even and the odd tile of a pair");
   static_assert(P.swizzle == Swizzle::k128B, "tiles are 128B-swizzled");
@@ -411,7 +411,7 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
     for (int r = 0; r < 2; ++r) {
       const int gr = row0 + wgmma_acc_coord(tid, 2 * r).row;  // packed row = q_idx·h + head
       if (gr >= rows_b) continue;
-      const float lse = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.69314718056f : neg_inf();
+      const float lse = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * kLn2 : neg_inf();
       if (split)
         a.part_lse[part_row0 + gr] = lse;
       else if (a.lse != nullptr)

@@ -56,7 +56,7 @@ struct Traits {
 
   static_assert(P.schedule == Schedule::kSoftmaxWarpgroup, "this file is the softmax_wg schedule");
   static_assert(P.dtype == DType::kBF16 || P.dtype == DType::kF16, "q/cache are bf16 or f16");
-  static_assert(P.block_m == 64, "one wgmma M (64) of query rows");
+  static_assert(P.block_m == kWgmmaM, "one wgmma M of query rows");
   static_assert(P.block_n == 32 || P.block_n == 64, "32- or 64-key tiles (one P swizzle span)");
   static_assert(P.swizzle == Swizzle::k128B, "tiles are 128B-swizzled");
   static_assert(P.stages >= 2 && P.stages <= 4, "2..4 KV stages (the host checks the total fits)");
@@ -185,7 +185,7 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
     if (gr >= rows_b) continue;
     const bool empty = !(l[r] > 0.0f);
     const float inv = empty ? 0.0f : 1.0f / l[r];
-    const float lse = empty ? neg_inf() : (m[r] + __log2f(l[r])) * 0.69314718056f;
+    const float lse = empty ? neg_inf() : (m[r] + __log2f(l[r])) * kLn2;
     if (a.num_splits == 1) {
       u8* out = static_cast<u8*>(a.out) +
                 ((static_cast<i64>(t.seq.start) * P.num_heads + gr) * kValueDim + half * kHalfCols) *

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
   static_assert(P.n2 % 64 == 0 && P.n2 >= 64 && P.n2 <= 256, "n2: 64, 128, 192 or 256");
   static_assert(P.v_mn_major == 0 || P.v_mn_major == 1, "v_mn_major: 0 or 1");
   static_assert(P.f16 == 0 || P.f16 == 1, "f16: 0 or 1");
-  static_assert(kPvFragmentSmemBytes<P> <= 232448, "over the 227 KiB opt-in shared memory");
+  static_assert(kPvFragmentSmemBytes<P> <= kMaxSmemPerBlock, "over the 227 KiB opt-in shared memory");
   constexpr WgmmaMajor kVMajor = P.v_mn_major ? WgmmaMajor::kMN : WgmmaMajor::kK;
 
   extern __shared__ u8 smem_raw[];

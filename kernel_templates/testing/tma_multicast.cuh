@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kMulticastThreads, 1)
   static_assert(P.stages >= 1 && P.stages <= 8, "stages: 1..8");
   static_assert(P.split_expect == 0 || P.split_expect == 1, "split_expect: 0 or 1");
   static_assert(T::kTileBytes % 1024 == 0, "every stage must start 1024-aligned");
-  static_assert(kTmaMulticastSmemBytes<P> <= 232448, "over the 227 KiB opt-in shared memory");
+  static_assert(kTmaMulticastSmemBytes<P> <= kMaxSmemPerBlock, "over the 227 KiB opt-in shared memory");
   constexpr u16 kBothCtas = 0b11;
 
   extern __shared__ u8 smem_raw[];

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
   static_assert(!(kFp8 && P.b_mn_major), "fp8 wgmma takes K-major operands only");
   static_assert(!P.b_mn_major || P.n * Plan::kElem % Plan::kSpan == 0,
                 "MN-major B: N must be whole swizzle spans");
-  static_assert(Plan::kDynamicSmemBytes <= 232448, "over the 227 KiB opt-in shared memory");
+  static_assert(Plan::kDynamicSmemBytes <= kMaxSmemPerBlock, "over the 227 KiB opt-in shared memory");
   constexpr WgmmaMajor kMajorB = P.b_mn_major ? WgmmaMajor::kMN : WgmmaMajor::kK;
 
   // The dynamic window is only 16-byte aligned by contract: realign (the plan has slack).

@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   static_assert(P.n == 64 || P.n == 128, "n: 64 or 128");
   static_assert(P.stages >= 1 && P.stages <= 8, "stages: 1..8");
   static_assert(P.pingpong == 0 || P.pingpong == 1, "pingpong: 0 or 1");
-  static_assert(kWsPipelineSmemBytes<P> <= 232448, "over the 227 KiB opt-in shared memory");
+  static_assert(kWsPipelineSmemBytes<P> <= kMaxSmemPerBlock, "over the 227 KiB opt-in shared memory");
 
   extern __shared__ u8 smem_raw[];
   auto& sm = *reinterpret_cast<WsPipelineShared<P>*>(
