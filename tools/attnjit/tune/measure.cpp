@@ -14,6 +14,7 @@
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/tma_copy.hpp"
 #include "bench_util.hpp"
+#include "harness/mla_problem.hpp"
 #include "space.hpp"
 
 namespace attnjit::tune {
@@ -101,55 +102,14 @@ constexpr double kMlaMaxRelL2 = 1e-2;
 class MlaDecodeBench final : public Bench {
  public:
   MlaDecodeBench(const json& shape, const driver::DeviceInfo& dev)
-      : b_(shape.at("b").get<int>()),
-        q_len_(shape.at("q_len").get<int>()),
-        h_(shape.at("h").get<int>()),
-        s_k_(shape.at("s_k").get<int>()),
-        page_(shape.at("page").get<int>()),
-        dtype_(*parse_dtype(shape.at("dtype").get<std::string>())) {
-    std::mt19937_64 gen(0x6D6C61u);
-    max_pages_ = (s_k_ + page_ - 1) / page_;
-    num_pages_ = b_ * max_pages_;
-    std::vector<int32_t> pool(static_cast<size_t>(num_pages_));
-    for (int i = 0; i < num_pages_; ++i) pool[static_cast<size_t>(i)] = i;
-    std::shuffle(pool.begin(), pool.end(), gen);  // pages in any order, as an allocator leaves them
-    const std::vector<int32_t> lens(static_cast<size_t>(b_), s_k_);
-
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    const size_t q_elems = static_cast<size_t>(b_) * q_len_ * h_ * kMlaHeadDim;
-    std::vector<uint16_t> q_bits(q_elems);
-    for (auto& v : q_bits) v = to_bits(normal(gen), dtype_);
-    // The page pool repeats one chunk of random rows: a multi-GB cache need not be drawn
-    // value by value, and distinct pages still hold distinct rows within a chunk.
-    constexpr size_t kChunkRows = 4096;
-    std::vector<uint16_t> chunk(kChunkRows * kMlaHeadDim);
-    for (auto& v : chunk) v = to_bits(normal(gen), dtype_);
-    const size_t pool_rows = static_cast<size_t>(num_pages_) * page_;
-    const size_t set_bytes = (pool_rows * kMlaHeadDim + q_elems) * 2;
-    const int copies = copies_for(set_bytes, dev, 16);
-    for (int i = 0; i < copies; ++i) {
-      q_.emplace_back(q_elems * 2);
-      cache_.emplace_back(pool_rows * kMlaHeadDim * 2);
-      ATTNJIT_CU(cuMemcpyHtoD, q_.back().ptr(), q_bits.data(), q_elems * 2);
-      for (size_t r = 0; r < pool_rows; r += kChunkRows) {
-        const size_t n = std::min(kChunkRows, pool_rows - r);
-        ATTNJIT_CU(cuMemcpyHtoD, cache_.back().ptr() + r * kMlaHeadDim * 2, chunk.data(), n * kMlaHeadDim * 2);
-      }
-    }
-    table_ = std::make_unique<Buffer>(pool.size() * 4);
-    lens_ = std::make_unique<Buffer>(lens.size() * 4);
-    out_ = std::make_unique<Buffer>(static_cast<size_t>(b_) * q_len_ * h_ * kMlaValueDim * 2);
-    ATTNJIT_CU(cuMemcpyHtoD, table_->ptr(), pool.data(), pool.size() * 4);
-    ATTNJIT_CU(cuMemcpyHtoD, lens_->ptr(), lens.data(), lens.size() * 4);
-  }
+      : problem_(harness::mla_decode_case(shape), 0x6D6C61u, dev.l2_bytes) {}
 
   std::function<void(int)> prepare(const json& candidate) override {
     json config = candidate;
     const int wanted = config.value("num_splits", 0);
     config.erase("num_splits");
     const MlaDecodeConfig c = MlaDecodeConfig::from_json(config.dump());
-    MlaDecodeShape shape = mla_decode_shape(args_for(0));
-    shape.max_len = s_k_;
+    MlaDecodeShape shape = problem_.shape();
     shape.num_splits = wanted;  // 0 → the heuristic's (the worker has no DB)
     const MlaDecodePlan plan = mla_decode_plan(shape, &c);
     if (plan.workspace_bytes > 0 && (!workspace_ || workspace_->bytes() < plan.workspace_bytes)) {
@@ -158,12 +118,10 @@ class MlaDecodeBench final : public Bench {
     }
     const Workspace ws{plan.workspace_bytes > 0 ? workspace_->data() : nullptr,
                        plan.workspace_bytes};
-    return [this, plan, ws](int i) {
-      mla_decode(args_for(static_cast<size_t>(i) % q_.size()), plan, ws, nullptr);
-    };
+    return [this, plan, ws](int i) { mla_decode(problem_.args(i), plan, ws, nullptr); };
   }
-  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr(), 0xFF, out_->bytes(), nullptr); }
-  std::vector<uint8_t> output() override { return download(*out_); }
+  void poison_output() override { problem_.poison_output(); }
+  std::vector<uint8_t> output() override { return problem_.output_bytes(); }
   std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
     const size_t n = ref.size() / 2;
     double diff2 = 0, ref2 = 0;
@@ -172,7 +130,7 @@ class MlaDecodeBench final : public Bench {
       uint16_t rb, gb;
       std::memcpy(&rb, ref.data() + 2 * i, 2);
       std::memcpy(&gb, got.data() + 2 * i, 2);
-      const double r = from_bits(rb, dtype_), g = from_bits(gb, dtype_);
+      const double r = from_bits(rb, problem_.spec().dtype), g = from_bits(gb, problem_.spec().dtype);
       if (std::isfinite(r) != std::isfinite(g)) {
         ++nonfinite;
         continue;
@@ -189,22 +147,8 @@ class MlaDecodeBench final : public Bench {
   }
 
  private:
-  MlaDecodeArgs args_for(size_t set) const {
-    MlaDecodeArgs a;
-    a.q = TensorView::contiguous(q_[set].data(), dtype_, {b_, q_len_, h_, kMlaHeadDim});
-    a.kv_cache = TensorView::contiguous(cache_[set].data(), dtype_, {num_pages_, page_, kMlaHeadDim});
-    a.block_table = TensorView::contiguous(table_->data(), DType::kI32, {b_, max_pages_});
-    a.cache_lens = TensorView::contiguous(lens_->data(), DType::kI32, {b_});
-    a.out = TensorView::contiguous(out_->data(), dtype_, {b_, q_len_, h_, kMlaValueDim});
-    a.softmax_scale = 0.07216878f;  // 1/sqrt(192), as the bench
-    return a;
-  }
-
-  int b_, q_len_, h_, s_k_, page_;
-  DType dtype_;
-  int max_pages_ = 0, num_pages_ = 0;
-  std::vector<Buffer> q_, cache_;
-  std::unique_ptr<Buffer> table_, lens_, out_, workspace_;
+  harness::MlaDecodeProblem problem_;
+  std::unique_ptr<Buffer> workspace_;
 };
 
 // ---- mha_fwd: within rounding of the reference's output -----------------------------

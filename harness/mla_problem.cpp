@@ -1,0 +1,215 @@
+#include "harness/mla_problem.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "attnjit/error.hpp"
+#include "driver/driver.hpp"
+#include "ops/registry.hpp"
+
+namespace attnjit::harness {
+
+using nlohmann::json;
+
+nlohmann::ordered_json MlaDecodeCase::to_json() const {
+  return {{"b", b},           {"q_len", q_len},         {"h", h},         {"s_k", s_k},
+          {"page", page},     {"dtype", std::string(to_string(dtype))}, {"varlen", varlen ? 1 : 0}, {"lse", lse ? 1 : 0},
+          {"splits", splits}};
+}
+
+std::string MlaDecodeCase::describe() const {
+  return fmt::format("b={} q_len={} h={} s_k={}{} page={} {}{}", b, q_len, h, s_k, varlen ? " varlen" : "",
+                     page, to_string(dtype), lse ? " +lse" : "");
+}
+
+MlaDecodeCase mla_decode_case(const json& shape) {
+  if (!shape.is_object()) fail_arg("mla_decode shape", fmt::format("must be a JSON object, got {}", shape.dump()));
+  // The harness-only keys; the rest is the tuning vocabulary, checked by the op itself.
+  json tuning_keys = shape;
+  MlaDecodeCase c;
+  auto take_bool = [&](const char* key, bool& out) {
+    const auto it = tuning_keys.find(key);
+    if (it == tuning_keys.end()) return;
+    if (it->is_boolean())
+      out = it->get<bool>();
+    else if (it->is_number_integer() && (*it == 0 || *it == 1))
+      out = *it == 1;
+    else
+      fail_arg(fmt::format("mla_decode shape key '{}'", key), fmt::format("must be true or false, got {}", it->dump()));
+    tuning_keys.erase(key);
+  };
+  take_bool("varlen", c.varlen);
+  take_bool("lse", c.lse);
+  if (const auto it = tuning_keys.find("splits"); it != tuning_keys.end()) {
+    if (!it->is_number_integer() || *it < 0 || *it > 128)
+      fail_arg("mla_decode shape key 'splits'", fmt::format("must be an integer in 0..128, got {}", it->dump()));
+    c.splits = it->get<int>();
+    tuning_keys.erase("splits");
+  }
+  const json s = ops::find_op("mla_decode").tuning.canonical_shape(tuning_keys);
+  c.b = s.at("b").get<int>();
+  c.q_len = s.at("q_len").get<int>();
+  c.h = s.at("h").get<int>();
+  c.s_k = s.at("s_k").get<int>();
+  c.page = s.at("page").get<int>();
+  c.dtype = *parse_dtype(s.at("dtype").get<std::string>());
+  return c;
+}
+
+std::vector<MlaDecodeCase> mla_decode_bench_cases() {
+  std::vector<MlaDecodeCase> v;
+  for (const json& s : ops::find_op("mla_decode").tuning.bench_shapes) v.push_back(mla_decode_case(s));
+  MlaDecodeCase varlen;  // b = 128, h = 128, lengths uniform in [2048, 8192]
+  varlen.s_k = 8192;
+  varlen.varlen = true;
+  v.push_back(varlen);
+  return v;
+}
+
+int copies_out_of_l2(size_t bytes_per_copy, size_t l2_bytes, int max_copies) {
+  const size_t want = 4 * l2_bytes;
+  return static_cast<int>(std::clamp<size_t>((want + bytes_per_copy - 1) / std::max<size_t>(1, bytes_per_copy), 1,
+                                             static_cast<size_t>(std::max(1, max_copies))));
+}
+
+namespace {
+
+constexpr size_t kElem = 2;  // bf16 / f16
+
+std::vector<uint16_t> draw(size_t n, DType dtype, std::mt19937_64& gen, std::vector<float>& vals) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> bits(n);
+  vals.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    bits[i] = to_bits(normal(gen), dtype);
+    vals[i] = from_bits(bits[i], dtype);
+  }
+  return bits;
+}
+
+}  // namespace
+
+MlaDecodeProblem::MlaDecodeProblem(const MlaDecodeCase& c, uint64_t seed, size_t l2_bytes) : c_(c) {
+  if (kChunkRows % c.page != 0) fail_arg("mla_decode shape key 'page'", fmt::format("must divide {}", kChunkRows));
+  std::mt19937_64 gen(seed);
+  // Each length includes the q_len new tokens; a length below q_len would leave queries
+  // without keys, which is legal but not a benchmark case (the tests draw those).
+  lens_.assign(static_cast<size_t>(c.b), c.s_k);
+  if (c.varlen) {
+    std::uniform_int_distribution<int> d(std::max(c.s_k / 4, c.q_len), c.s_k);
+    for (auto& l : lens_) l = d(gen);
+  }
+  max_pages_ = (c.s_k + c.page - 1) / c.page;
+  for (int l : lens_) num_pages_ += (l + c.page - 1) / c.page;
+  std::vector<int32_t> pool(static_cast<size_t>(num_pages_));
+  for (int i = 0; i < num_pages_; ++i) pool[static_cast<size_t>(i)] = i;
+  std::shuffle(pool.begin(), pool.end(), gen);
+  table_.assign(static_cast<size_t>(c.b) * max_pages_, 0);
+  size_t next = 0;
+  for (int b = 0; b < c.b; ++b)
+    for (int p = 0; p * c.page < lens_[static_cast<size_t>(b)]; ++p)
+      table_[static_cast<size_t>(b) * max_pages_ + p] = pool[next++];
+  // The reference reads page p as chunk page p % chunk_pages.
+  ref_table_ = table_;
+  for (auto& e : ref_table_) e %= kChunkRows / c.page;
+
+  const size_t q_elems = static_cast<size_t>(c.b) * c.q_len * c.h * kMlaQkDim;
+  const std::vector<uint16_t> q_bits = draw(q_elems, c.dtype, gen, q_vals_);
+  const std::vector<uint16_t> chunk_bits = draw(size_t{kChunkRows} * kMlaQkDim, c.dtype, gen, chunk_vals_);
+  const size_t pool_rows = static_cast<size_t>(num_pages_) * c.page;
+  const size_t set_bytes = (pool_rows * kMlaQkDim + q_elems) * kElem;
+  const int copies = l2_bytes > 0 ? copies_out_of_l2(set_bytes, l2_bytes, 16) : 1;
+  for (int i = 0; i < copies; ++i) {
+    q_.emplace_back(q_elems * kElem).upload(q_bits);
+    cache_.emplace_back(std::max<size_t>(1, pool_rows) * kMlaQkDim * kElem);
+    for (size_t r = 0; r < pool_rows; r += kChunkRows) {
+      const size_t rows = std::min<size_t>(kChunkRows, pool_rows - r);
+      ATTNJIT_CU(cuMemcpyHtoD, cache_.back().ptr() + r * kMlaQkDim * kElem, chunk_bits.data(),
+                 rows * kMlaQkDim * kElem);
+    }
+  }
+  table_d_ = DeviceBuffer(table_.size() * 4);
+  table_d_.upload(table_);
+  lens_d_ = DeviceBuffer(lens_.size() * 4);
+  lens_d_.upload(lens_);
+  out_d_ = DeviceBuffer(static_cast<size_t>(c.b) * c.q_len * c.h * kMlaVDim * kElem);
+  lse_d_ = DeviceBuffer(static_cast<size_t>(c.b) * c.h * c.q_len * 4);
+}
+
+MlaDecodeArgs MlaDecodeProblem::args(int copy) const {
+  const size_t k = static_cast<size_t>(copy) % q_.size();
+  MlaDecodeArgs a;
+  a.q = TensorView::contiguous(q_[k].data(), c_.dtype, {c_.b, c_.q_len, c_.h, kMlaQkDim});
+  a.kv_cache = TensorView::contiguous(cache_[k].data(), c_.dtype, {num_pages_, c_.page, kMlaQkDim});
+  a.block_table = TensorView::contiguous(table_d_.data(), DType::kI32, {c_.b, max_pages_});
+  a.cache_lens = TensorView::contiguous(lens_d_.data(), DType::kI32, {c_.b});
+  a.out = TensorView::contiguous(out_d_.data(), c_.dtype, {c_.b, c_.q_len, c_.h, kMlaVDim});
+  if (c_.lse) a.lse = TensorView::contiguous(lse_d_.data(), DType::kF32, {c_.b, c_.h, c_.q_len});
+  a.softmax_scale = kSoftmaxScale;
+  return a;
+}
+
+MlaDecodeShape MlaDecodeProblem::shape() const {
+  MlaDecodeShape s = mla_decode_shape(args(0));
+  s.max_len = c_.s_k;
+  s.num_splits = c_.splits;
+  return s;
+}
+
+void MlaDecodeProblem::poison_output() {
+  out_d_.fill_byte(0xFF);
+  lse_d_.fill_byte(0xFF);
+}
+
+std::vector<uint8_t> MlaDecodeProblem::output_bytes() const {
+  synchronize();
+  return out_d_.download_as<uint8_t>(out_d_.bytes());
+}
+
+MlaProblem MlaDecodeProblem::host_problem() const {
+  MlaProblem p;
+  p.batch = c_.b;
+  p.q_len = c_.q_len;
+  p.num_heads = c_.h;
+  p.page_size = c_.page;
+  p.num_pages = kChunkRows / c_.page;
+  p.max_pages = max_pages_;
+  p.q = q_vals_;
+  p.kv_cache = chunk_vals_;
+  p.block_table = ref_table_;
+  p.cache_lens = lens_;
+  p.softmax_scale = static_cast<double>(kSoftmaxScale);
+  return p;
+}
+
+MlaComparison MlaDecodeProblem::check(int sampled_rows) const {
+  synchronize();
+  const std::vector<uint16_t> bits = out_d_.download_as<uint16_t>(out_d_.bytes() / kElem);
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = from_bits(bits[i], c_.dtype);
+  std::vector<float> lse;
+  if (c_.lse) lse = lse_d_.download_as<float>(lse_d_.bytes() / 4);
+  const MlaProblem p = host_problem();
+  std::mt19937_64 sample_gen(7);
+  const std::vector<MlaRow> rows =
+      sampled_rows > 0 ? mla_sample_rows(p, sampled_rows, sample_gen) : mla_all_rows(p);
+  return mla_compare(p, mla_reference(p, rows), out, lse);
+}
+
+double MlaDecodeProblem::bytes() const {
+  int64_t cache_rows = 0;
+  for (int l : lens_) cache_rows += l;
+  const double q_out = static_cast<double>(c_.b) * c_.q_len * c_.h * (kMlaQkDim + kMlaVDim);
+  return (static_cast<double>(cache_rows) * kMlaQkDim + q_out) * kElem;
+}
+
+double MlaDecodeProblem::flops() const {
+  int64_t pairs = 0;
+  for (int l : lens_)
+    for (int t = 0; t < c_.q_len; ++t) pairs += int64_t{c_.h} * mla_visible_keys(l, c_.q_len, t);
+  return 2.0 * static_cast<double>(pairs) * (kMlaQkDim + kMlaVDim);
+}
+
+}  // namespace attnjit::harness

@@ -1,0 +1,87 @@
+#pragma once
+// mla_decode as a problem: one shape vocabulary for `attnjit bench`, the tune worker and the
+// tests, and the tensors, arguments, float64 reference and per-row comparison of a case.
+//
+// A case's inputs: lengths s_k each (or uniform in [max(s_k/4, q_len), s_k] when varlen),
+// pages in shuffled order as a serving allocator leaves them, q and cache values drawn
+// from N(0, 1) and rounded to the dtype. The page pool repeats one block of kChunkRows
+// random rows, so a multi-GB cache need not be drawn value by value; the reference reads the
+// pool through that period. Given the L2 size, enough input sets rotate that consecutive
+// calls never find theirs in L2 (the benchmarks); out and lse are shared.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attnjit/ops/mla_decode.hpp"
+#include "harness/device.hpp"
+#include "harness/mla_reference.hpp"
+
+namespace attnjit::harness {
+
+struct MlaDecodeCase {
+  int b = 128;
+  int q_len = 1;
+  int h = 128;
+  int s_k = 4096;  // every length (varlen: the longest)
+  int page = 64;
+  DType dtype = DType::kBF16;
+  bool varlen = false;  // lengths uniform in [max(s_k/4, q_len), s_k]
+  bool lse = false;     // the call asks for lse too
+  int splits = 0;       // 0: the plan's choice
+
+  nlohmann::ordered_json to_json() const;  // every key, as mla_decode_case reads it (flags 0/1)
+  std::string describe() const;            // "b=128 q_len=1 h=128 s_k=4096 page=64 bf16"
+};
+
+// The tuning vocabulary — the registry's canonical_shape for mla_decode: b, q_len, h, s_k,
+// page, dtype, with its defaults and ranges — plus varlen, lse and splits. Errors name the
+// key.
+MlaDecodeCase mla_decode_case(const nlohmann::json& shape);
+
+// `attnjit bench mla_decode`'s list: the registry's bench shapes (the ones
+// tools/gpu_tune.sh sweeps), then the mixed-length row of the same batch.
+std::vector<MlaDecodeCase> mla_decode_bench_cases();
+
+// Input copies so that consecutive calls never find theirs in L2 (4 × L2 in all), 1..max.
+int copies_out_of_l2(size_t bytes_per_copy, size_t l2_bytes, int max_copies);
+
+class MlaDecodeProblem {
+ public:
+  static constexpr float kSoftmaxScale = 0.07216878f;  // 1/sqrt(192): DeepSeek's q·k scale
+  static constexpr int kChunkRows = 4096;               // the pool's period (every page size divides it)
+
+  // Draws the case's inputs from `seed` and uploads one set of them, or with `l2_bytes`
+  // copies_out_of_l2(one set, l2_bytes, 16) sets.
+  MlaDecodeProblem(const MlaDecodeCase& c, uint64_t seed, size_t l2_bytes = 0);
+
+  const MlaDecodeCase& spec() const { return c_; }
+  int copies() const { return static_cast<int>(q_.size()); }
+  const std::vector<int32_t>& lens() const { return lens_; }
+
+  MlaDecodeArgs args(int copy = 0) const;
+  // What an engine plans with: the views of args(0), max_len = s_k, num_splits = splits.
+  MlaDecodeShape shape() const;
+
+  void poison_output();                      // 0xFF bytes: NaN in out and lse
+  std::vector<uint8_t> output_bytes() const;  // out as the GPU wrote it (synchronizes)
+  // Downloads out (and lse) and judges them against the float64 reference on
+  // `sampled_rows` random rows plus every edge row (0: all rows), and the whole output's
+  // structure (poison left, empty rows, lse infinities).
+  MlaComparison check(int sampled_rows = 16) const;
+
+  double bytes() const;  // cache rows read once + q + out (lse not counted)
+  double flops() const;  // 2 · (q·k pairs) · (576 + 512), causal for q_len > 1
+
+ private:
+  MlaProblem host_problem() const;  // the reference's view of the inputs
+
+  MlaDecodeCase c_;
+  int max_pages_ = 0, num_pages_ = 0;
+  std::vector<int32_t> lens_, table_, ref_table_;
+  std::vector<float> q_vals_, chunk_vals_;
+  std::vector<DeviceBuffer> q_, cache_;
+  DeviceBuffer table_d_, lens_d_, out_d_, lse_d_;
+};
+
+}  // namespace attnjit::harness
