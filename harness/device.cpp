@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -115,6 +116,12 @@ uint8_t float_to_e4m3(float f) {
     }
   }
   return best;
+}
+
+int copies_out_of_l2(size_t bytes_per_copy, size_t l2_bytes, int max_copies) {
+  const size_t want = 4 * l2_bytes;
+  return static_cast<int>(std::clamp<size_t>((want + bytes_per_copy - 1) / std::max<size_t>(1, bytes_per_copy), 1,
+                                             static_cast<size_t>(std::max(1, max_copies))));
 }
 
 }  // namespace attnjit::harness

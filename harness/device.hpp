@@ -47,6 +47,10 @@ class DeviceBuffer {
 
 void synchronize();  // cuCtxSynchronize, checked
 
+// Input copies so that consecutive calls never find theirs in L2 (4 × L2 in all), 1..max:
+// the benchmarks rotate over them.
+int copies_out_of_l2(size_t bytes_per_copy, size_t l2_bytes, int max_copies);
+
 uint16_t float_to_bf16(float f);
 float bf16_to_float(uint16_t h);
 uint16_t float_to_f16(float f);

@@ -68,12 +68,6 @@ std::vector<MlaDecodeCase> mla_decode_bench_cases() {
   return v;
 }
 
-int copies_out_of_l2(size_t bytes_per_copy, size_t l2_bytes, int max_copies) {
-  const size_t want = 4 * l2_bytes;
-  return static_cast<int>(std::clamp<size_t>((want + bytes_per_copy - 1) / std::max<size_t>(1, bytes_per_copy), 1,
-                                             static_cast<size_t>(std::max(1, max_copies))));
-}
-
 namespace {
 
 constexpr size_t kElem = 2;  // bf16 / f16

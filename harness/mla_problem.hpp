@@ -43,9 +43,6 @@ MlaDecodeCase mla_decode_case(const nlohmann::json& shape);
 // tools/gpu_tune.sh sweeps), then the mixed-length row of the same batch.
 std::vector<MlaDecodeCase> mla_decode_bench_cases();
 
-// Input copies so that consecutive calls never find theirs in L2 (4 × L2 in all), 1..max.
-int copies_out_of_l2(size_t bytes_per_copy, size_t l2_bytes, int max_copies);
-
 class MlaDecodeProblem {
  public:
   static constexpr float kSoftmaxScale = 0.07216878f;  // 1/sqrt(192): DeepSeek's q·k scale

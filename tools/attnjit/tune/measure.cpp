@@ -14,6 +14,7 @@
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/tma_copy.hpp"
 #include "bench_util.hpp"
+#include "harness/mha_problem.hpp"
 #include "harness/mla_problem.hpp"
 #include "space.hpp"
 
@@ -157,54 +158,17 @@ class MlaDecodeBench final : public Bench {
 // element); a wrong tile is off by O(1).
 constexpr double kMhaMaxRelL2 = 1e-2;
 
-// Fills `buf` with a prime-period block of normal values: uploading one 2 MB block over and
-// over is fast for multi-GB KV, and a prime period never lines up with rows or heads.
-void fill_normal(const Buffer& buf, DType dtype, std::mt19937_64& gen) {
-  constexpr size_t kPeriod = 1'000'003;
-  const size_t n = buf.bytes() / 2;
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> block(std::min(n, kPeriod));
-  for (auto& v : block) v = to_bits(normal(gen), dtype);
-  for (size_t at = 0; at < n; at += block.size()) {
-    const size_t count = std::min(block.size(), n - at);
-    ATTNJIT_CU(cuMemcpyHtoD, buf.ptr() + at * 2, block.data(), count * 2);
-  }
-}
-
 class MhaFwdBench final : public Bench {
  public:
   MhaFwdBench(const json& shape, const driver::DeviceInfo& dev)
-      : b_(shape.at("b").get<int64_t>()),
-        s_q_(shape.at("s_q").get<int64_t>()),
-        s_k_(shape.at("s_k").get<int64_t>()),
-        h_(shape.at("h").get<int64_t>()),
-        h_kv_(shape.at("h_kv").get<int64_t>()),
-        d_(shape.at("d").get<int64_t>()),
-        dv_(shape.at("dv").get<int64_t>()),
-        dtype_(*parse_dtype(shape.at("dtype").get<std::string>())) {
-    std::mt19937_64 gen(0x6D6861u);
-    const size_t q_bytes = static_cast<size_t>(b_ * s_q_ * h_ * d_) * 2;
-    const size_t k_bytes = static_cast<size_t>(b_ * s_k_ * h_kv_ * d_) * 2;
-    const size_t v_bytes = static_cast<size_t>(b_ * s_k_ * h_kv_ * dv_) * 2;
-    const int copies = copies_for(q_bytes + k_bytes + v_bytes, dev, 8);
-    for (int i = 0; i < copies; ++i) {
-      q_.emplace_back(q_bytes);
-      k_.emplace_back(k_bytes);
-      v_.emplace_back(v_bytes);
-      fill_normal(q_.back(), dtype_, gen);
-      fill_normal(k_.back(), dtype_, gen);
-      fill_normal(v_.back(), dtype_, gen);
-    }
-    out_ = std::make_unique<Buffer>(static_cast<size_t>(b_ * s_q_ * h_ * dv_) * 2);
-    lse_ = std::make_unique<Buffer>(static_cast<size_t>(h_ * b_ * s_q_) * 4);  // as the bench writes it
-  }
+      : problem_(harness::mha_fwd_case(shape), 0x6D6861u, dev.l2_bytes) {}
 
   std::function<void(int)> prepare(const json& candidate) override {
     json config = candidate;
     const int wanted = config.value("num_splits", 0);
     config.erase("num_splits");
     const MhaFwdConfig c = MhaFwdConfig::from_json(config.dump());
-    MhaFwdShape shape = mha_fwd_shape(args_for(0), mha_fwd_features(c));
+    MhaFwdShape shape = problem_.shape(c);
     shape.num_splits = wanted;  // 0 → the heuristic's (the worker has no DB)
     const MhaFwdPlan plan = mha_fwd_plan(shape, &c);
     if (plan.workspace_bytes > 0 && (!workspace_ || workspace_->bytes() < plan.workspace_bytes)) {
@@ -213,12 +177,10 @@ class MhaFwdBench final : public Bench {
     }
     const Workspace ws{plan.workspace_bytes > 0 ? workspace_->data() : nullptr,
                        plan.workspace_bytes};
-    return [this, plan, ws](int i) {
-      mha_fwd(args_for(static_cast<size_t>(i) % q_.size()), plan, ws, nullptr);
-    };
+    return [this, plan, ws](int i) { mha_fwd(problem_.args(i), plan, ws, nullptr); };
   }
-  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, out_->ptr(), 0xFF, out_->bytes(), nullptr); }
-  std::vector<uint8_t> output() override { return download(*out_); }
+  void poison_output() override { problem_.poison_output(); }
+  std::vector<uint8_t> output() override { return problem_.output_bytes(); }
   std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
     const size_t n = ref.size() / 2;
     double diff2 = 0, ref2 = 0;
@@ -227,7 +189,7 @@ class MhaFwdBench final : public Bench {
       uint16_t rb, gb;
       std::memcpy(&rb, ref.data() + 2 * i, 2);
       std::memcpy(&gb, got.data() + 2 * i, 2);
-      const double r = from_bits(rb, dtype_), g = from_bits(gb, dtype_);
+      const double r = from_bits(rb, problem_.spec().dtype), g = from_bits(gb, problem_.spec().dtype);
       if (!std::isfinite(r) || !std::isfinite(g)) {  // softmax rows of finite inputs are finite
         ++nonfinite;
         continue;
@@ -243,21 +205,8 @@ class MhaFwdBench final : public Bench {
   }
 
  private:
-  MhaFwdArgs args_for(size_t set) const {
-    MhaFwdArgs a;
-    a.q = TensorView::contiguous(q_[set].data(), dtype_, {b_, s_q_, h_, d_});
-    a.k = TensorView::contiguous(k_[set].data(), dtype_, {b_, s_k_, h_kv_, d_});
-    a.v = TensorView::contiguous(v_[set].data(), dtype_, {b_, s_k_, h_kv_, dv_});
-    a.out = TensorView::contiguous(out_->data(), dtype_, {b_, s_q_, h_, dv_});
-    a.lse = TensorView::contiguous(lse_->data(), DType::kF32, {h_, b_ * s_q_});
-    a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_));  // as the bench
-    return a;
-  }
-
-  int64_t b_, s_q_, s_k_, h_, h_kv_, d_, dv_;
-  DType dtype_;
-  std::vector<Buffer> q_, k_, v_;
-  std::unique_ptr<Buffer> out_, lse_, workspace_;
+  harness::MhaFwdProblem problem_;
+  std::unique_ptr<Buffer> workspace_;
 };
 
 }  // namespace
