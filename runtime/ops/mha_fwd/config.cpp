@@ -51,9 +51,7 @@ std::string_view to_string(KvLayout l) noexcept { return ops::enum_name(l); }
 
 namespace {
 
-using ops::FieldKind;
 bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
-const auto kHalf = ops::one_of<DType>({DType::kBF16, DType::kF16});
 
 // The config's fields are the rows of attnjit/ops/mha_fwd_config.def.
 const auto& table() {
@@ -67,33 +65,24 @@ const auto& table() {
   return t;
 }
 
-template <class T>
-using FC = ops::Field<ops::MhaCombineConfig, T>;
 const auto& combine_table() {
+  using namespace ops::rules;
   static const ops::ConfigTable t{
-      "mha_fwd_combine",
-      FC<DType>{"dtype", &ops::MhaCombineConfig::dtype, FieldKind::kTemplate, kHalf, "output type", "{}", true},
-      FC<int>{"head_dim_v", &ops::MhaCombineConfig::head_dim_v, FieldKind::kTemplate,
-              ops::one_of<int>({64, 128, 256}), "dv", "dv{}", true},
-      FC<bool>{"ragged", &ops::MhaCombineConfig::ragged, FieldKind::kTemplate, ops::any_bool(),
-               "q rows from offsets", "ragged"},
-      FC<bool>{"sink", &ops::MhaCombineConfig::sink, FieldKind::kTemplate, ops::any_bool(),
-               "per-head attention sink", "sink"},
+      "mha_fwd_combine"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(ops::MhaCombineConfig, __VA_ARGS__)
+#include "ops/mha_fwd/combine_config.def"
+#undef ATTNJIT_FIELD
   };
   return t;
 }
 
-template <class T>
-using FK = ops::Field<ops::MhaCheckConfig, T>;
 const auto& check_table() {
+  using namespace ops::rules;
   static const ops::ConfigTable t{
-      "mha_fwd_check",
-      FK<bool>{"ragged", &ops::MhaCheckConfig::ragged, FieldKind::kTemplate, ops::any_bool(),
-               "q_offsets (and k_offsets when KV is contiguous)"},
-      FK<bool>{"paged", &ops::MhaCheckConfig::paged, FieldKind::kTemplate, ops::any_bool(),
-               "kv_lens + block_table"},
-      FK<int>{"page_size", &ops::MhaCheckConfig::page_size, FieldKind::kTemplate,
-              ops::one_of<int>({0, 16, 32, 64, 128, 256}), "tokens per KV page"},
+      "mha_fwd_check"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(ops::MhaCheckConfig, __VA_ARGS__)
+#include "ops/mha_fwd/check_config.def"
+#undef ATTNJIT_FIELD
   };
   return t;
 }

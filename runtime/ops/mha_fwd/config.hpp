@@ -13,20 +13,19 @@ namespace ops {
 
 struct OpSpec;
 
-// The combine kernel's compile-time shape (mha_fwd/combine.cuh CombineParams).
+// The combine kernel's compile-time shape: the rows of combine_config.def.
 struct MhaCombineConfig {
-  DType dtype = DType::kBF16;
-  int head_dim_v = 128;
-  bool ragged = false;
-  bool sink = false;
+#define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+#include "ops/mha_fwd/combine_config.def"
+#undef ATTNJIT_FIELD
   void validate() const;
 };
 
-// The checked mode's validation kernel (mha_fwd/check.cuh CheckParams).
+// The checked mode's validation kernel: the rows of check_config.def.
 struct MhaCheckConfig {
-  bool ragged = false;
-  bool paged = false;
-  int page_size = 0;
+#define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+#include "ops/mha_fwd/check_config.def"
+#undef ATTNJIT_FIELD
   void validate() const;
 };
 

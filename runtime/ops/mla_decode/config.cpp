@@ -28,9 +28,6 @@ struct EnumSpelling<MlaSchedule> {
 
 namespace {
 
-using ops::FieldKind;
-const auto kHalf = ops::one_of<DType>({DType::kBF16, DType::kF16});
-const auto kHeads = ops::int_range(16, 128, 16);
 
 // The config's fields are the rows of attnjit/ops/mla_decode_config.def.
 const auto& table() {
@@ -44,25 +41,24 @@ const auto& table() {
   return t;
 }
 
-template <class T>
-using FC = ops::Field<ops::MlaCombineConfig, T>;
 const auto& combine_table() {
+  using namespace ops::rules;
   static const ops::ConfigTable t{
-      "mla_decode_combine",
-      FC<DType>{"dtype", &ops::MlaCombineConfig::dtype, FieldKind::kTemplate, kHalf, "output type", "{}", true},
-      FC<int>{"num_heads", &ops::MlaCombineConfig::num_heads, FieldKind::kTemplate, kHeads,
-              "query heads h", "h{}", true},
+      "mla_decode_combine"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(ops::MlaCombineConfig, __VA_ARGS__)
+#include "ops/mla_decode/combine_config.def"
+#undef ATTNJIT_FIELD
   };
   return t;
 }
 
-template <class T>
-using FK = ops::Field<ops::MlaCheckConfig, T>;
 const auto& check_table() {
+  using namespace ops::rules;
   static const ops::ConfigTable t{
-      "mla_decode_check",
-      FK<int>{"page_size", &ops::MlaCheckConfig::page_size, FieldKind::kTemplate,
-              ops::pow2_range(16, 256), "tokens per cache page", "page{}", true},
+      "mla_decode_check"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(ops::MlaCheckConfig, __VA_ARGS__)
+#include "ops/mla_decode/check_config.def"
+#undef ATTNJIT_FIELD
   };
   return t;
 }

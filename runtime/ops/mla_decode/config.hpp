@@ -6,16 +6,19 @@
 
 namespace attnjit::ops {
 
-// The combine kernel's compile-time shape (mla_decode/combine.cuh CombineParams).
+// The combine kernel's compile-time shape: the rows of combine_config.def.
 struct MlaCombineConfig {
-  DType dtype = DType::kBF16;
-  int num_heads = 128;
+#define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+#include "ops/mla_decode/combine_config.def"
+#undef ATTNJIT_FIELD
   void validate() const;
 };
 
-// The checked mode's validation kernel (mla_decode/check.cuh CheckParams).
+// The checked mode's validation kernel: the rows of check_config.def.
 struct MlaCheckConfig {
-  int page_size = 64;
+#define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+#include "ops/mla_decode/check_config.def"
+#undef ATTNJIT_FIELD
   void validate() const;
 };
 
