@@ -42,6 +42,25 @@ std::map<std::string, std::string> parse_shape(const std::string& text) {
   return out;
 }
 
+nlohmann::json parse_shape_json(const std::string& text) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : parse_shape(text)) {
+    if (k == "dtype") {
+      j[k] = v;
+      continue;
+    }
+    try {
+      size_t used = 0;
+      const long long value = std::stoll(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+      j[k] = value;
+    } catch (const std::logic_error&) {
+      fail_arg("--shape", fmt::format("{}={} is not an integer", k, v));
+    }
+  }
+  return j;
+}
+
 std::string commit() {
   if (const char* c = std::getenv("ATTNJIT_COMMIT"); c && *c) return c;
   return ATTNJIT_GIT_COMMIT;

@@ -10,12 +10,8 @@
 // inputs are rotated over copies when one copy would fit in a few L2s.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -32,27 +28,6 @@ namespace {
 
 using harness::MhaFwdCase;
 using harness::MhaFwdProblem;
-
-// `--shape b=4,seq=8192,h=16,...`: the harness's vocabulary (harness/mha_problem.hpp),
-// each value an integer but dtype.
-MhaFwdCase parse_mha_case(const std::string& text) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : parse_shape(text)) {
-    if (k == "dtype") {
-      j[k] = v;
-      continue;
-    }
-    try {
-      size_t used = 0;
-      const long long value = std::stoll(v, &used);
-      if (used != v.size()) throw std::invalid_argument(v);
-      j[k] = value;
-    } catch (const std::logic_error&) {
-      fail_arg("--shape", fmt::format("{}={} is not an integer", k, v));
-    }
-  }
-  return harness::mha_fwd_case(j);
-}
 
 bool bench_shape(const MhaFwdCase& s, const BenchOptions& o, const driver::DeviceInfo& dev) {
   // Enough input copies that consecutive calls never find theirs in L2.
@@ -137,7 +112,8 @@ bool bench_shape(const MhaFwdCase& s, const BenchOptions& o, const driver::Devic
 
 int bench_mha_fwd(const BenchOptions& o) {
   const std::vector<MhaFwdCase> shapes =
-      o.shape.empty() ? harness::mha_fwd_bench_cases() : std::vector<MhaFwdCase>{parse_mha_case(o.shape)};
+      o.shape.empty() ? harness::mha_fwd_bench_cases()
+                      : std::vector<MhaFwdCase>{harness::mha_fwd_case(parse_shape_json(o.shape))};
   driver::use_device(0);
   const driver::DeviceInfo& dev = driver::cached_device_info(0);
   if (!o.json) fmt::print("mha_fwd on {} (commit {})\n", dev.name, commit());

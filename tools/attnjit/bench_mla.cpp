@@ -10,13 +10,8 @@
 // over several copies when one copy would fit in a few L2s.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <array>
-#include <bit>
-#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -33,27 +28,6 @@ namespace {
 
 using harness::MlaDecodeCase;
 using harness::MlaDecodeProblem;
-
-// `--shape b=128,q_len=2,...`: the harness's vocabulary (harness/mla_problem.hpp), each
-// value an integer but dtype.
-MlaDecodeCase parse_mla_case(const std::string& text) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : parse_shape(text)) {
-    if (k == "dtype") {
-      j[k] = v;
-      continue;
-    }
-    try {
-      size_t used = 0;
-      const long long value = std::stoll(v, &used);
-      if (used != v.size()) throw std::invalid_argument(v);
-      j[k] = value;
-    } catch (const std::logic_error&) {
-      fail_arg("--shape", fmt::format("{}={} is not an integer", k, v));
-    }
-  }
-  return harness::mla_decode_case(j);
-}
 
 // DESIGN.md's targets on the H100: h = 16 memory-bound, h = 128 with q_len = 2 compute-bound.
 nlohmann::ordered_json target_of(const MlaDecodeCase& s) {
@@ -159,7 +133,8 @@ bool bench_shape(const MlaDecodeCase& s, const BenchOptions& o, const driver::De
 
 int bench_mla_decode(const BenchOptions& o) {
   const std::vector<MlaDecodeCase> shapes =
-      o.shape.empty() ? harness::mla_decode_bench_cases() : std::vector<MlaDecodeCase>{parse_mla_case(o.shape)};
+      o.shape.empty() ? harness::mla_decode_bench_cases()
+                      : std::vector<MlaDecodeCase>{harness::mla_decode_case(parse_shape_json(o.shape))};
   driver::use_device(0);
   const driver::DeviceInfo& dev = driver::cached_device_info(0);
   const double copy_gbps = copy_ceiling_gbps(o.warmup, o.iters);

@@ -1,12 +1,16 @@
 #pragma once
 // Shared pieces of the attnjit CLI's subcommands.
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace attnjit::cli {
 
 // "rows=4096,cols=1024,dtype=bf16" → {{"rows","4096"}, ...}; throws naming a bad item.
 std::map<std::string, std::string> parse_shape(const std::string& text);
+// The same as JSON (each value an integer but dtype): the harness's case vocabulary
+// (harness/<op>_problem.hpp) reads it.
+nlohmann::json parse_shape_json(const std::string& text);
 
 struct BenchOptions {
   std::string op;
