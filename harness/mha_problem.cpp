@@ -14,9 +14,16 @@ namespace attnjit::harness {
 using nlohmann::json;
 
 nlohmann::ordered_json MhaFwdCase::to_json() const {
-  return {{"b", b},   {"s_q", s_q}, {"s_k", s_k},           {"h", h},
-          {"h_kv", h_kv}, {"d", d}, {"dv", dv},             {"causal", causal ? 1 : 0},
-          {"dtype", std::string(to_string(dtype))},         {"group", group},
+  return {{"b", b},
+          {"s_q", s_q},
+          {"s_k", s_k},
+          {"h", h},
+          {"h_kv", h_kv},
+          {"d", d},
+          {"dv", dv},
+          {"causal", causal ? 1 : 0},
+          {"dtype", std::string(to_string(dtype))},
+          {"group", group},
           {"splits", splits}};
 }
 

@@ -14,8 +14,14 @@ namespace attnjit::harness {
 using nlohmann::json;
 
 nlohmann::ordered_json MlaDecodeCase::to_json() const {
-  return {{"b", b},           {"q_len", q_len},         {"h", h},         {"s_k", s_k},
-          {"page", page},     {"dtype", std::string(to_string(dtype))}, {"varlen", varlen ? 1 : 0}, {"lse", lse ? 1 : 0},
+  return {{"b", b},
+          {"q_len", q_len},
+          {"h", h},
+          {"s_k", s_k},
+          {"page", page},
+          {"dtype", std::string(to_string(dtype))},
+          {"varlen", varlen ? 1 : 0},
+          {"lse", lse ? 1 : 0},
           {"splits", splits}};
 }
 
