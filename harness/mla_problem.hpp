@@ -54,7 +54,6 @@ class MlaDecodeProblem {
 
   const MlaDecodeCase& spec() const { return c_; }
   int copies() const { return static_cast<int>(q_.size()); }
-  const std::vector<int32_t>& lens() const { return lens_; }
 
   MlaDecodeArgs args(int copy = 0) const;
   // What an engine plans with: the views of args(0), max_len = s_k, num_splits = splits.

@@ -26,14 +26,6 @@ using cli::Buffer;
 using cli::from_bits;
 using cli::to_bits;
 
-// Input copies so that consecutive calls never find their data in L2 (4 × L2 in all),
-// bounded so small shapes do not allocate hundreds of copies.
-int copies_for(size_t bytes_per_copy, const driver::DeviceInfo& dev, int max_copies) {
-  const size_t want = 4 * static_cast<size_t>(dev.l2_bytes);
-  return static_cast<int>(std::clamp<size_t>((want + bytes_per_copy - 1) / std::max<size_t>(1, bytes_per_copy), 1,
-                                             static_cast<size_t>(max_copies)));
-}
-
 std::vector<uint8_t> download(const Buffer& b) {
   ATTNJIT_CU(cuCtxSynchronize);
   std::vector<uint8_t> host(b.bytes());
@@ -49,7 +41,7 @@ class TmaCopyBench final : public Bench {
         cols_(shape.at("cols").get<int64_t>()),
         dtype_(*parse_dtype(shape.at("dtype").get<std::string>())) {
     bytes_ = static_cast<size_t>(rows_ * cols_ * dtype_bytes(dtype_));
-    const int copies = copies_for(2 * bytes_, dev, 64);
+    const int copies = harness::copies_out_of_l2(2 * bytes_, dev.l2_bytes, 64);
     std::mt19937_64 gen(0x7475u);
     std::vector<uint64_t> host((bytes_ + 7) / 8);
     for (int i = 0; i < copies; ++i) {
