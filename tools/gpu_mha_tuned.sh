@@ -18,7 +18,7 @@ export ATTNJIT_CACHE_DIR="${ATTNJIT_CACHE_DIR:-$PWD/$BUILD_DIR/kernel-cache}"
 DB="$OUT_DIR/tuning.json"
 status=0
 
-# The rows of `attnjit bench mha_fwd` (tools/attnjit/bench_mha.cpp default_shapes()).
+# The rows of `attnjit bench mha_fwd` (harness/mha_fwd_problem.cpp, mha_fwd_bench_cases()).
 python3 - >"$OUT_DIR/shapes.json" <<'EOF'
 import json
 rows = []

@@ -15,11 +15,18 @@ bool OpSpec::supports(Arch arch) const {
 const std::vector<OpSpec>& registry() {
   static const std::vector<OpSpec> ops = [] {
     std::vector<OpSpec> v;
-    v.push_back(tma_copy_op_spec());
-    v.push_back(mla_decode_op_spec());
-    v.push_back(mla_decode_combine_op_spec());
-    v.push_back(mha_fwd_op_spec());
-    v.push_back(mha_fwd_combine_op_spec());
+    auto add = [&v](std::vector<OpSpec> specs) {
+      for (OpSpec& op : specs) {
+        for (const OpSpec& seen : v)
+          if (seen.name == op.name || seen.id == op.id)
+            fail_config("op registry",
+                 fmt::format("'{}' and '{}' share a name or id ({})", seen.name, op.name, op.id));
+        v.push_back(std::move(op));
+      }
+    };
+#define ATTNJIT_OP(name) add(name##_op_specs());
+#include "ops/ops.def"
+#undef ATTNJIT_OP
     return v;
   }();
   return ops;

@@ -96,28 +96,26 @@ void bind_config(OpSpec& op, const ConfigTable<C, T...>& table,
   };
 }
 
+// Every op family's specs (runtime/ops/ops.def), in its row order, followed by nothing
+// else: there is no second list. Throws Error(kUnsupportedConfig) on two specs with one name or id.
 const std::vector<OpSpec>& registry();
 
 // Throws Error(kUnsupportedConfig) listing the known ops when `name` is not one.
 const OpSpec& find_op(std::string_view name);
 
-// Per-op registration (one function per op family, called by registry()).
-OpSpec tma_copy_op_spec();
-OpSpec mla_decode_op_spec();
-OpSpec mla_decode_combine_op_spec();
-OpSpec mha_fwd_op_spec();
-OpSpec mha_fwd_combine_op_spec();
-TuningSpec tma_copy_tuning_spec();    // runtime/ops/tma_copy/tma_copy_tuning.cpp
-TuningSpec mla_decode_tuning_spec();  // runtime/ops/mla_decode/tuning.cpp
-TuningSpec mha_fwd_tuning_spec();     // runtime/ops/mha_fwd/tuning.cpp
+// One function per ops.def row: the op's spec and those of its helper kernels the
+// registry lists (e.g. mla_decode_combine), defined in runtime/ops/<name>/.
+#define ATTNJIT_OP(name) std::vector<OpSpec> name##_op_specs();
+#include "ops/ops.def"
+#undef ATTNJIT_OP
 
-// Test-only families (op ids ≥ 1000) are not in the registry.
-inline constexpr uint32_t kTmaCopyOpId = 1;
-inline constexpr uint32_t kMlaDecodeOpId = 2;
-inline constexpr uint32_t kMlaDecodeCombineOpId = 3;
-inline constexpr uint32_t kMlaDecodeCheckOpId = 4;  // ATTNJIT_CHECK=1 validation kernel
-inline constexpr uint32_t kMhaFwdOpId = 5;
-inline constexpr uint32_t kMhaFwdCombineOpId = 6;
-inline constexpr uint32_t kMhaFwdCheckOpId = 7;     // ATTNJIT_CHECK=1 validation kernel
+// A kernel family's KernelKey::op, from its name (32-bit FNV-1a with the top bit set):
+// no table of numbers to keep. Test-only families use small ids (1000..1999), which this
+// never yields.
+constexpr uint32_t op_id(std::string_view name) {
+  uint32_t h = 2166136261u;
+  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  return h | 0x80000000u;
+}
 
 }  // namespace attnjit::ops

@@ -1,11 +1,11 @@
-// The harness's problems (harness/*_problem.hpp) — what `attnjit bench` and the tune worker
-// run — built, planned, run and judged as an engine would, at test scale.
+// The harness's problems (harness/problem.hpp) — what `attnjit bench` and the tune worker
+// run — built, planned, run and judged as an engine would, at test scale, for every op in
+// runtime/ops/ops.def; and the case vocabularies of mla_decode and mha_fwd.
 #include <fmt/format.h>
 
-#include "attnjit/ops/mha_fwd.hpp"
-#include "attnjit/ops/mla_decode.hpp"
-#include "harness/mha_problem.hpp"
-#include "harness/mla_problem.hpp"
+#include "harness/mha_fwd_problem.hpp"
+#include "harness/mla_decode_problem.hpp"
+#include "harness/problem.hpp"
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
 #include "support/errors.hpp"
@@ -37,31 +37,6 @@ TEST_CASE("mla_decode cases read the tuning vocabulary plus the harness keys", "
   CHECK(static_cast<size_t>(bench.size() - 1) == ops::find_op("mla_decode").tuning.bench_shapes.size());
 }
 
-TEST_CASE("the mla_decode bench cases, at test scale, pass the float64 check", "[gpu][mla_decode][harness]") {
-  if (!test::gpu_or_skip()) return;
-  for (MlaDecodeCase c : harness::mla_decode_bench_cases()) {
-    c.b = std::min(c.b, 6);
-    c.s_k = std::min(c.s_k, 1500);  // off the page and the tile
-    for (bool lse : {false, true}) {
-      c.lse = lse;
-      INFO(c.describe());
-      harness::MlaDecodeProblem p(c, test::rng()());
-      const MlaDecodePlan plan = mla_decode_plan(p.shape());
-      harness::DeviceBuffer ws(std::max<size_t>(1, plan.workspace_bytes));
-      const Workspace w{plan.workspace_bytes ? ws.data() : nullptr, plan.workspace_bytes};
-      mla_decode_schedule(plan, p.args(), w, nullptr);
-      p.poison_output();
-      mla_decode(p.args(), plan, w, nullptr);
-      const harness::MlaComparison r = p.check(0);  // every row
-      INFO(r.summary());
-      CHECK(r.passed);
-      CHECK(r.checked_rows == int64_t{c.b} * c.q_len * c.h);
-      CHECK(p.flops() > 0);
-      CHECK(p.bytes() > static_cast<double>(c.b) * c.q_len * c.h * (576 + 512) * 2);
-    }
-  }
-}
-
 TEST_CASE("mha_fwd cases read the tuning vocabulary plus seq and splits", "[harness]") {
   const MhaFwdCase d = harness::mha_fwd_case(json::object());
   CHECK(d.to_json().dump() ==
@@ -82,25 +57,53 @@ TEST_CASE("mha_fwd cases read the tuning vocabulary plus seq and splits", "[harn
   CHECK(bench.back().group == 8);
 }
 
-TEST_CASE("the mha_fwd bench cases, at test scale, pass the float64 check", "[gpu][mha_fwd][harness]") {
-  if (!test::gpu_or_skip()) return;
-  for (MhaFwdCase c : harness::mha_fwd_bench_cases()) {
-    if (c.s_q != 1 && c.s_q != 1024) continue;  // one row of each (d, causal) and the decode row
-    c.b = 2;
-    c.s_q = c.s_q == 1 ? 1 : 333;  // off the tile
-    c.s_k = std::min(c.s_k, 777);
-    INFO(c.describe());
-    harness::MhaFwdProblem p(c, test::rng()());
-    const MhaFwdPlan plan = mha_fwd_plan(p.shape());
-    harness::DeviceBuffer ws(std::max<size_t>(1, plan.workspace_bytes));
-    const Workspace w{plan.workspace_bytes ? ws.data() : nullptr, plan.workspace_bytes};
-    mha_fwd_schedule(plan, p.args(), w, nullptr);
-    p.poison_output();
-    mha_fwd(p.args(), plan, w, nullptr);
-    const harness::MhaComparison r = p.check(0);  // every row
-    INFO(r.summary());
-    CHECK(r.passed);
-    CHECK(r.checked_rows > 0);
-    CHECK(p.flops() > 0);
+TEST_CASE("every op family has one problem, with bench rows and test rows", "[harness]") {
+  std::vector<std::string> ops;
+  for (const harness::ProblemKind& k : harness::problems()) {
+    INFO(k.op);
+    CHECK(ops::find_op(k.op).name == k.op);  // a registry family
+    CHECK(!ops::find_op(k.op).tuning.bench_shapes.empty());
+    CHECK(!k.bench_cases().empty());
+    CHECK(!k.test_cases().empty());
+    ops.push_back(k.op);
   }
+  CHECK(ops == std::vector<std::string>{"tma_copy", "mla_decode", "mha_fwd"});
+  REQUIRE_ERROR(harness::find_problem("mla_decode_combine"), ErrorKind::kUnsupportedConfig,
+                "ops with one: tma_copy, mla_decode, mha_fwd");
+}
+
+// What `attnjit bench` does per row, on every op's test rows: the runtime's plan, poisoned
+// output, one run, the whole output judged. Then the heuristic's config given explicitly must
+// reproduce that output (the tune worker's reference check), and an output never written
+// must fail the check (the check can fail).
+TEST_CASE("every op's test rows pass their check as bench and tune run them", "[gpu][harness]") {
+  if (!test::gpu_or_skip()) return;
+  for (const harness::ProblemKind& kind : harness::problems())
+    for (const json& c : kind.test_cases()) {
+      INFO(kind.op << " " << c.dump());
+      const std::unique_ptr<harness::Problem> p = kind.make(c, test::rng()(), 0);
+      CHECK(p->copies() == 1);
+      const harness::Prepared runtime = p->prepare(nullptr);
+      CHECK(runtime.config_source != "given");
+      p->poison_output();
+      runtime.run(0);
+      const harness::Verdict v = p->check(0);  // every row
+      INFO(v.summary);
+      CHECK(v.passed);
+      CHECK(v.numbers.at("passed") == true);
+      CHECK(p->bytes() > 0);
+      CHECK(p->flops() >= 0);
+      const std::vector<uint8_t> reference = p->output_bytes();
+
+      const harness::Prepared given = p->prepare(&runtime.config);
+      CHECK(given.config == runtime.config);
+      CHECK(given.config_source == "given");
+      p->poison_output();
+      given.run(0);
+      CHECK(p->compare(reference, p->output_bytes()) == "");
+
+      p->poison_output();
+      CHECK_FALSE(p->check(0).passed);
+      CHECK(p->compare(reference, p->output_bytes()) != "");
+    }
 }

@@ -8,7 +8,8 @@
 #include <type_traits>
 
 #include "attnjit/error.hpp"
-#include "bench_util.hpp"
+#include "driver/driver.hpp"
+#include "harness/device.hpp"
 #include "jit/kernel_table.hpp"
 #include "ops/field_table.hpp"
 #include "ops/registry.hpp"
@@ -51,24 +52,29 @@ jit::KernelRecipe recipe_of(const Params& p, Arch arch) {
                            arch, 0);
 }
 
-class ProbeBench final : public tune::Bench {
+class ProbeProblem final : public harness::Problem {
  public:
-  ProbeBench(const json& shape, const driver::DeviceInfo& dev)
-      : n_(shape.at("n").get<int>()),
-        arch_{dev.cc_major, dev.cc_minor, true},
-        src_(static_cast<size_t>(n_) * 4),
-        dst_(static_cast<size_t>(n_) * 4) {
+  explicit ProbeProblem(const json& shape)
+      : n_(shape.at("n").get<int>()), src_(static_cast<size_t>(n_) * 4), dst_(static_cast<size_t>(n_) * 4) {
+    const driver::DeviceInfo& dev = driver::cached_device_info(driver::current_device());
+    arch_ = Arch{dev.cc_major, dev.cc_minor, true};
     std::vector<uint32_t> host(static_cast<size_t>(n_));
     std::mt19937 gen(12345);
     for (auto& w : host) w = gen();
-    ATTNJIT_CU(cuMemcpyHtoD, src_.ptr(), host.data(), src_.bytes());
+    src_.upload(host);
   }
-  std::function<void(int)> prepare(const json& candidate) override {
-    const Params p = parse(candidate);
+  nlohmann::ordered_json case_json() const override { return {{"n", n_}}; }
+  std::string describe() const override { return fmt::format("n={}", n_); }
+  int copies() const override { return 1; }
+  harness::Prepared prepare(const json* overrides) override {
+    const Params p = parse(overrides ? *overrides : to_json(Params{}));
     const jit::Kernel& k = jit::get_kernel(table().key(kTuneProbeOpId, arch_, p),
                                            [&] { return recipe_of(p, arch_); });
     k.prepare_current_device();
-    return [this, &k, p](int) {
+    harness::Prepared out;
+    out.config = to_json(p);
+    out.config_source = overrides ? "given" : "heuristic";
+    out.run = [this, &k, p](int) {
       jit::LaunchShape shape;
       shape.grid[0] = static_cast<unsigned>(std::min(1024, (n_ + p.threads - 1) / p.threads));
       shape.block[0] = static_cast<unsigned>(p.threads);
@@ -78,22 +84,27 @@ class ProbeBench final : public tune::Bench {
       void* args[] = {&src, &dst, &n};
       k.launch(shape, nullptr, args);
     };
-  }
-  void poison_output() override { ATTNJIT_CU(cuMemsetD8Async, dst_.ptr(), 0xA5, dst_.bytes(), nullptr); }
-  std::vector<uint8_t> output() override {
-    ATTNJIT_CU(cuCtxSynchronize);
-    std::vector<uint8_t> out(dst_.bytes());
-    ATTNJIT_CU(cuMemcpyDtoH, out.data(), dst_.ptr(), dst_.bytes());
     return out;
+  }
+  void poison_output() override { dst_.fill_byte(0xA5); }
+  std::vector<uint8_t> output_bytes() const override {
+    harness::synchronize();
+    return dst_.download_as<uint8_t>(dst_.bytes());
+  }
+  harness::Verdict check(int) const override {
+    const std::string why = compare(src_.download_as<uint8_t>(src_.bytes()), output_bytes());
+    return {why.empty(), why.empty() ? "bit-exact" : why, {{"passed", why.empty()}}};
   }
   std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
     return ref == got ? "" : "output differs from the reference copy";
   }
+  double bytes() const override { return 8.0 * n_; }
+  double flops() const override { return 0; }
 
  private:
   int n_;
   Arch arch_;
-  cli::Buffer src_, dst_;
+  harness::DeviceBuffer src_, dst_;
 };
 
 ops::OpSpec make_spec() {
@@ -133,10 +144,15 @@ const ops::OpSpec& tune_probe_op() {
   return op;
 }
 
-tune::Tunable tune_probe_tunable() {
-  return {"tune_probe", [](const json& shape, const driver::DeviceInfo& dev) -> std::unique_ptr<tune::Bench> {
-            return std::make_unique<ProbeBench>(shape, dev);
-          }};
+harness::ProblemKind tune_probe_problem() {
+  harness::ProblemKind k;
+  k.op = "tune_probe";
+  k.bench_cases = [] { return std::vector<json>{{{"n", 1 << 20}}}; };
+  k.test_cases = k.bench_cases;
+  k.make = [](const json& shape, uint64_t, size_t) -> std::unique_ptr<harness::Problem> {
+    return std::make_unique<ProbeProblem>(shape);
+  };
+  return k;
 }
 
 }  // namespace attnjit::test

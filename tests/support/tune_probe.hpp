@@ -1,9 +1,9 @@
 #pragma once
 // Host side of the test-only kernel family kernel_templates/testing/tune_probe.cuh: an op
-// spec (not in the registry) with a tuning space over its modes, and the Bench the test
-// worker binary (tune_test_worker.cpp) uses to time it. Shape: {"n": words}.
+// spec (not in the registry) with a tuning space over its modes, and the harness problem
+// the test worker binary (tune_test_worker.cpp) times. Shape: {"n": words}.
+#include "harness/problem.hpp"
 #include "ops/registry.hpp"
-#include "tune/measure.hpp"
 
 namespace attnjit::test {
 
@@ -11,6 +11,6 @@ inline constexpr uint32_t kTuneProbeOpId = 1200;  // test families use ids >= 10
 
 // modes 0 (correct), 1 (wrong), 2 (illegal address), 3 (trap), 4 (hang) × threads 128, 256.
 const ops::OpSpec& tune_probe_op();
-tune::Tunable tune_probe_tunable();
+harness::ProblemKind tune_probe_problem();
 
 }  // namespace attnjit::test

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "support/tune_probe.hpp"
-#include "tune/measure.hpp"
 #include "tune/worker.hpp"
 
 int main(int argc, char** argv) {
@@ -19,7 +18,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s tune-worker --device N\n", argv[0]);
     return 2;
   }
-  std::vector<attnjit::tune::Tunable> tunables = attnjit::tune::builtin_tunables();
-  tunables.push_back(attnjit::test::tune_probe_tunable());
-  return attnjit::tune::worker_main(device, tunables);
+  std::vector<attnjit::harness::ProblemKind> kinds = attnjit::harness::problems();
+  kinds.push_back(attnjit::test::tune_probe_problem());
+  return attnjit::tune::worker_main(device, kinds);
 }

@@ -6,9 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <vector>
 
 #include "attnjit/error.hpp"
@@ -17,6 +16,7 @@
 #include "bench_util.hpp"
 #include "cli.hpp"
 #include "driver/driver.hpp"
+#include "harness/problem.hpp"
 #include "jit/kernel_table.hpp"
 #include "ops/registry.hpp"
 
@@ -68,23 +68,6 @@ std::string commit() {
 
 namespace {
 
-void fill_random(const Buffer& b, size_t bytes, uint64_t seed) {
-  std::vector<uint64_t> host((bytes + 7) / 8);
-  std::mt19937_64 gen(seed);
-  for (auto& w : host) w = gen();
-  ATTNJIT_CU(cuMemcpyHtoD, b.ptr(), host.data(), bytes);
-}
-
-int64_t shape_int(const std::map<std::string, std::string>& s, const char* key, int64_t fallback) {
-  auto it = s.find(key);
-  if (it == s.end()) return fallback;
-  try {
-    return std::stoll(it->second);
-  } catch (...) {
-    fail_arg("--shape", fmt::format("{}={} is not an integer", key, it->second));
-  }
-}
-
 struct Context {
   driver::DeviceInfo info;
 };
@@ -93,77 +76,82 @@ Context init_gpu() {
   return Context{driver::cached_device_info(0)};
 }
 
-int bench_tma_copy(const BenchOptions& o) {
-  const auto shape = parse_shape(o.shape);
-  for (const auto& [k, v] : shape)
-    if (k != "rows" && k != "cols" && k != "dtype")
-      fail_arg("--shape", fmt::format("unknown key '{}' for tma_copy (rows, cols, dtype)", k));
-  const int64_t rows = shape_int(shape, "rows", 16384);
-  const int64_t cols = shape_int(shape, "cols", 8192);
-  DType dtype = DType::kBF16;
-  if (auto it = shape.find("dtype"); it != shape.end()) {
-    auto d = parse_dtype(it->second);
-    if (!d) fail_arg("--shape", fmt::format("unknown dtype '{}'", it->second));
-    dtype = *d;
-  }
-  const TmaCopyConfig config =
-      o.config.empty() ? tma_copy_default_config(dtype) : TmaCopyConfig::from_json(o.config);
-  const Context ctx = init_gpu();
-  const size_t bytes = static_cast<size_t>(rows * cols * dtype_bytes(dtype));
-  // Enough buffer pairs that consecutive iterations never find their data in L2.
-  const int sets = static_cast<int>(std::max<size_t>(1, (4 * static_cast<size_t>(ctx.info.l2_bytes)) / bytes + 1));
-  std::vector<Buffer> src, dst;
-  for (int i = 0; i < sets; ++i) {
-    src.emplace_back(bytes);
-    dst.emplace_back(bytes);
-    fill_random(src.back(), bytes, 1234u + static_cast<uint64_t>(i));
-  }
-  auto view = [&](const Buffer& b) {
-    return TensorView::contiguous(reinterpret_cast<void*>(b.ptr()), dtype, {rows, cols});
-  };
-  auto args = [&](int i) {
-    return TmaCopyArgs{view(dst[static_cast<size_t>(i % sets)]), view(src[static_cast<size_t>(i % sets)])};
-  };
-  const TmaCopyPlan plan = tma_copy_plan(tma_copy_shape(args(0)), &config);
-  const double copy_ms =
-      median_ms(o.warmup, o.iters, [&](int i) { tma_copy(args(i), plan, {}, nullptr); });
-  const double memcpy_ms = median_ms(o.warmup, o.iters, [&](int i) {
-    ATTNJIT_CU(cuMemcpyDtoDAsync, dst[static_cast<size_t>(i % sets)].ptr(),
-               src[static_cast<size_t>(i % sets)].ptr(), bytes, nullptr);
-  });
-  // Bit-exact check of the last copy (the bench never reports a wrong kernel's speed).
-  tma_copy(args(0), plan, {}, nullptr);
-  ATTNJIT_CU(cuCtxSynchronize);
-  std::vector<char> a(bytes), b(bytes);
-  ATTNJIT_CU(cuMemcpyDtoH, a.data(), src[0].ptr(), bytes);
-  ATTNJIT_CU(cuMemcpyDtoH, b.data(), dst[0].ptr(), bytes);
-  const bool exact = std::memcmp(a.data(), b.data(), bytes) == 0;
+// The machine's own ceiling: a 1 GiB device-to-device copy (read + write).
+double copy_ceiling_gbps(int warmup, int iters) {
+  const size_t bytes = size_t{1} << 30;
+  Buffer a(bytes), b(bytes);
+  ATTNJIT_CU(cuMemsetD8Async, a.ptr(), 1, bytes, nullptr);
+  const double ms = median_ms(
+      warmup, iters, [&](int) { ATTNJIT_CU(cuMemcpyDtoDAsync, b.ptr(), a.ptr(), bytes, nullptr); });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+}
 
-  const double gbps = 2.0 * static_cast<double>(bytes) / (copy_ms * 1e-3) / 1e9;
-  const double memcpy_gbps = 2.0 * static_cast<double>(bytes) / (memcpy_ms * 1e-3) / 1e9;
+// A row's inputs follow from the row alone (64-bit FNV-1a of its case), not from its place
+// in a list: one row benched alone or in a list, by either binary of an A/B, sees the same
+// inputs.
+uint64_t case_seed(const std::string& case_text) {
+  uint64_t h = 14695981039346656037ull;
+  for (char c : case_text) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return h;
+}
+
+// One row: build the case (enough input copies that consecutive calls never find theirs in
+// L2), plan as an engine would (untimed: compiles or loads the kernels), check the output
+// against the reference, then time the per-layer run. A wrong kernel's speed is never
+// printed.
+bool bench_case(const harness::ProblemKind& kind, const nlohmann::json& shape, const BenchOptions& o,
+                const driver::DeviceInfo& dev, double copy_gbps) {
+  const std::unique_ptr<harness::Problem> problem =
+      kind.make(shape, case_seed(shape.dump()), static_cast<size_t>(dev.l2_bytes));
+  nlohmann::json overrides;
+  if (!o.config.empty()) {
+    overrides = nlohmann::json::parse(o.config, nullptr, false);
+    if (!overrides.is_object()) fail_arg("--config", fmt::format("not a JSON object: {}", o.config));
+  }
+  const harness::Prepared run = problem->prepare(o.config.empty() ? nullptr : &overrides);
+  problem->poison_output();
+  run.run(0);
+  const harness::Verdict check = problem->check(16);
+
+  nlohmann::ordered_json j;
+  j["op"] = kind.op;
+  j["gpu"] = dev.name;
+  j["commit"] = commit();
+  j["shape"] = problem->case_json();
+  j["config"] = run.config;
+  j["config_source"] = run.config_source;
+  j["num_splits"] = run.num_splits;
+  j["check"] = check.numbers;
+  if (!check.passed) {
+    if (o.json) {
+      j["error"] = check.summary;
+      fmt::print("{}\n", j.dump());
+    } else {
+      fmt::print("  {}: WRONG RESULT, not timed: {}\n", problem->describe(), check.summary);
+    }
+    return false;
+  }
+  const double ms = median_ms(o.warmup, o.iters, [&](int i) { run.run(i); });
+  const double bytes = problem->bytes(), flops = problem->flops();
+  const double gbps = bytes / (ms * 1e-3) / 1e9;
+  const double tflops = flops / (ms * 1e-3) / 1e12;
   if (o.json) {
-    nlohmann::ordered_json j;
-    j["op"] = "tma_copy";
-    j["gpu"] = ctx.info.name;
-    j["commit"] = commit();
-    j["shape"] = {{"rows", rows}, {"cols", cols}, {"dtype", std::string(to_string(dtype))}};
-    j["config"] = nlohmann::json::parse(config.to_json());
-    j["bytes_moved"] = 2 * bytes;
-    j["median_us"] = copy_ms * 1e3;
+    j["median_us"] = ms * 1e3;
+    j["bytes"] = bytes;
+    j["flops"] = flops;
     j["gbps"] = gbps;
-    j["memcpy_median_us"] = memcpy_ms * 1e3;
-    j["memcpy_gbps"] = memcpy_gbps;
-    j["ratio_to_memcpy"] = gbps / memcpy_gbps;
-    j["bit_exact"] = exact;
+    j["tflops"] = tflops;
+    j["copy_gbps"] = copy_gbps;
+    j["ratio_to_copy"] = gbps / copy_gbps;
+    j["target"] = problem->target();
+    j["input_sets"] = problem->copies();
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("tma_copy {}x{} {} [{}] on {} (commit {})\n  tma_copy   {:9.1f} us  {:7.1f} GB/s\n"
-               "  memcpyDtoD {:9.1f} us  {:7.1f} GB/s\n  ratio {:.3f}, bit-exact: {}\n",
-               rows, cols, to_string(dtype), config.describe(), ctx.info.name, commit(),
-               copy_ms * 1e3, gbps, memcpy_ms * 1e3, memcpy_gbps, gbps / memcpy_gbps,
-               exact ? "yes" : "NO");
+    fmt::print("  {:<46} splits {:>3}  {:9.1f} us  {:7.1f} GB/s ({:3.0f}% of copy)  {}  {}\n",
+               problem->describe(), run.num_splits, ms * 1e3, gbps, 100.0 * gbps / copy_gbps,
+               flops > 0 ? fmt::format("{:6.1f} TFLOP/s", tflops) : std::string(14, ' '), check.summary);
   }
-  return exact ? 0 : 1;
+  return true;
 }
 
 // Host cost of an op call over a raw cuLaunchKernelEx of the same kernel. Launches go
@@ -249,13 +237,27 @@ int bench_dispatch(const BenchOptions& o) {
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
-  if (o.op == "tma_copy") return bench_tma_copy(o);
   if (o.op == "dispatch") return bench_dispatch(o);
-  if (o.op == "mla_decode") return bench_mla_decode(o);
-  if (o.op == "mha_fwd") return bench_mha_fwd(o);
-  ops::find_op(o.op);  // unknown op → error listing the known ones
-  fmt::print(stderr, "attnjit bench: no benchmark for op '{}' yet\n", o.op);
-  return 2;
+  const harness::ProblemKind& kind = harness::find_problem(o.op);
+  const std::vector<nlohmann::json> cases =
+      o.shape.empty() ? kind.bench_cases() : std::vector<nlohmann::json>{parse_shape_json(o.shape)};
+  const Context ctx = init_gpu();
+  const double copy_gbps = copy_ceiling_gbps(o.warmup, o.iters);
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["op"] = "ceiling";
+    j["kind"] = "copy";
+    j["gpu"] = ctx.info.name;
+    j["commit"] = commit();
+    j["gbps"] = copy_gbps;
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("{} on {} (commit {}); device-to-device copy {:.1f} GB/s\n", o.op, ctx.info.name, commit(),
+               copy_gbps);
+  }
+  bool all_ok = true;
+  for (const nlohmann::json& c : cases) all_ok = bench_case(kind, c, o, ctx.info, copy_gbps) && all_ok;
+  return all_ok ? 0 : 1;
 }
 
 int run_demo() {
@@ -281,7 +283,7 @@ int run_demo() {
   o.iters = 20;
   fmt::print("GPU found: copying an 8192x8192 bf16 tensor with tma_copy and checking it bit for "
              "bit.\n");
-  return bench_tma_copy(o);
+  return run_bench(o);
 }
 
 }  // namespace attnjit::cli

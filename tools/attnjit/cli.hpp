@@ -21,14 +21,9 @@ struct BenchOptions {
   bool json = false;
 };
 
-// Runs `attnjit bench`; returns the process exit code.
+// Runs `attnjit bench`: the op's harness problem (harness/problem.hpp) on its bench rows or
+// on --shape; returns the process exit code.
 int run_bench(const BenchOptions& opts);
-
-// `attnjit bench mla_decode` (tools/attnjit/bench_mla.cpp).
-int bench_mla_decode(const BenchOptions& opts);
-
-// `attnjit bench mha_fwd` (tools/attnjit/bench_mha.cpp).
-int bench_mha_fwd(const BenchOptions& opts);
 
 // Runs `attnjit demo`; returns the process exit code.
 int run_demo();

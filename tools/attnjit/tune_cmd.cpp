@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 
 #include "attnjit/error.hpp"
-#include "tune/measure.hpp"
 #include "tune/report.hpp"
 #include "tune/space.hpp"
 #include "tune/sweep.hpp"
@@ -170,7 +169,7 @@ std::function<int()> add_tune_worker_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("tune-worker", "internal: times candidates for `attnjit tune`");
   cmd->group("");  // hidden from --help
   cmd->add_option("--device", *device, "GPU ordinal")->required();
-  return [device] { return tune::worker_main(*device, tune::builtin_tunables()); };
+  return [device] { return tune::worker_main(*device, harness::problems()); };
 }
 
 }  // namespace attnjit::cli

@@ -246,15 +246,15 @@ jit::KernelRecipe mha_check_recipe(const MhaCheckConfig& c, Arch arch) {
 }
 
 const jit::Kernel& mha_main_kernel(const MhaFwdConfig& c, Arch arch) {
-  return table_kernel(table(), kMhaFwdOpId, c, arch, mha_fwd_recipe);
+  return table_kernel(table(), op_id("mha_fwd"), c, arch, mha_fwd_recipe);
 }
 
 const jit::Kernel& mha_combine_kernel(const MhaCombineConfig& c, Arch arch) {
-  return table_kernel(combine_table(), kMhaFwdCombineOpId, c, arch, mha_combine_recipe);
+  return table_kernel(combine_table(), op_id("mha_fwd_combine"), c, arch, mha_combine_recipe);
 }
 
 const jit::Kernel& mha_check_kernel(const MhaCheckConfig& c, Arch arch) {
-  return table_kernel(check_table(), kMhaFwdCheckOpId, c, arch, mha_check_recipe);
+  return table_kernel(check_table(), op_id("mha_fwd_check"), c, arch, mha_check_recipe);
 }
 
 void bind_mha_fwd_config(OpSpec& op) { bind_config<MhaFwdConfig>(op, table(), mha_fwd_recipe); }
@@ -268,10 +268,12 @@ nlohmann::json mha_combine_json(const MhaCombineConfig& c) {
 // ---- registry ------------------------------------------------------------------------------
 
 
-OpSpec mha_fwd_op_spec() {
+namespace {
+
+OpSpec main_spec() {
   OpSpec op;
   op.name = "mha_fwd";
-  op.id = kMhaFwdOpId;
+  op.id = op_id(op.name);
   op.summary = "FlashAttention forward: masks, GQA, ragged/paged KV, sinks, split-KV";
   op.archs = {kSm90a};
   op.default_set = [] {
@@ -315,10 +317,10 @@ OpSpec mha_fwd_op_spec() {
   return op;
 }
 
-OpSpec mha_fwd_combine_op_spec() {
+OpSpec combine_spec() {
   OpSpec op;
   op.name = "mha_fwd_combine";
-  op.id = kMhaFwdCombineOpId;
+  op.id = op_id(op.name);
   op.summary = "merges mha_fwd's split-KV partials through their lse (launched by mha_fwd)";
   op.archs = {kSm90a};
   op.default_set = [] {
@@ -333,6 +335,10 @@ OpSpec mha_fwd_combine_op_spec() {
   bind_mha_combine_config(op);
   return op;
 }
+
+}  // namespace
+
+std::vector<OpSpec> mha_fwd_op_specs() { return {main_spec(), combine_spec()}; }
 
 }  // namespace ops
 }  // namespace attnjit

@@ -12,6 +12,8 @@ namespace attnjit {
 namespace ops {
 
 struct OpSpec;
+struct TuningSpec;
+TuningSpec mha_fwd_tuning_spec();  // tuning.cpp
 
 // The combine kernel's compile-time shape: the rows of combine_config.def.
 struct MhaCombineConfig {

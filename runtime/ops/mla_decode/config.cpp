@@ -140,21 +140,23 @@ unsigned mla_smem_bytes(const MlaDecodeConfig& c) {
 }
 
 const jit::Kernel& mla_main_kernel(const MlaDecodeConfig& c, Arch arch) {
-  return table_kernel(table(), kMlaDecodeOpId, c, arch, main_recipe);
+  return table_kernel(table(), op_id("mla_decode"), c, arch, main_recipe);
 }
 
 const jit::Kernel& mla_combine_kernel(const MlaCombineConfig& c, Arch arch) {
-  return table_kernel(combine_table(), kMlaDecodeCombineOpId, c, arch, combine_recipe);
+  return table_kernel(combine_table(), op_id("mla_decode_combine"), c, arch, combine_recipe);
 }
 
 const jit::Kernel& mla_check_kernel(const MlaCheckConfig& c, Arch arch) {
-  return table_kernel(check_table(), kMlaDecodeCheckOpId, c, arch, check_recipe);
+  return table_kernel(check_table(), op_id("mla_decode_check"), c, arch, check_recipe);
 }
 
-OpSpec mla_decode_op_spec() {
+namespace {
+
+OpSpec main_spec() {
   OpSpec op;
   op.name = "mla_decode";
-  op.id = kMlaDecodeOpId;
+  op.id = op_id(op.name);
   op.summary = "DeepSeek MLA decode over a paged latent cache (576/512), split-KV, MTP causal";
   op.archs = {kSm90a};
   op.tuning = mla_decode_tuning_spec();
@@ -170,10 +172,10 @@ OpSpec mla_decode_op_spec() {
   return op;
 }
 
-OpSpec mla_decode_combine_op_spec() {
+OpSpec combine_spec() {
   OpSpec op;
   op.name = "mla_decode_combine";
-  op.id = kMlaDecodeCombineOpId;
+  op.id = op_id(op.name);
   op.summary = "merges mla_decode's split-KV partials through their lse (launched by mla_decode)";
   op.archs = {kSm90a};
   op.default_set = [] {
@@ -186,6 +188,10 @@ OpSpec mla_decode_combine_op_spec() {
   bind_config<MlaCombineConfig>(op, combine_table(), combine_recipe);
   return op;
 }
+
+}  // namespace
+
+std::vector<OpSpec> mla_decode_op_specs() { return {main_spec(), combine_spec()}; }
 
 }  // namespace ops
 }  // namespace attnjit

@@ -22,6 +22,9 @@ struct MlaCheckConfig {
   void validate() const;
 };
 
+struct TuningSpec;
+TuningSpec mla_decode_tuning_spec();  // tuning.cpp
+
 unsigned mla_smem_bytes(const MlaDecodeConfig& c);
 int mla_threads(const MlaDecodeConfig& c);
 

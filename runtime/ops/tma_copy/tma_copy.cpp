@@ -53,7 +53,7 @@ void check_arch(Arch arch) {
 }
 
 const jit::Kernel& kernel_for(const TmaCopyConfig& c, Arch arch) {
-  return ops::table_kernel(table(), ops::kTmaCopyOpId, c, arch, [](const TmaCopyConfig& cc, Arch a) {
+  return ops::table_kernel(table(), ops::op_id("tma_copy"), c, arch, [](const TmaCopyConfig& cc, Arch a) {
     check_arch(a);
     return recipe_of(cc, a);
   });
@@ -222,10 +222,12 @@ void tma_copy(const TmaCopyArgs& a, CUstream stream, const TmaCopyConfig* config
 
 namespace ops {
 
-OpSpec tma_copy_op_spec() {
+TuningSpec tma_copy_tuning_spec();  // tma_copy_tuning.cpp
+
+std::vector<OpSpec> tma_copy_op_specs() {
   OpSpec op;
   op.name = "tma_copy";
-  op.id = kTmaCopyOpId;
+  op.id = op_id(op.name);
   op.summary = "2-D copy through shared memory with TMA loads/stores (bandwidth probe)";
   op.archs = {kSm90a, kSm100a};
   op.tuning = tma_copy_tuning_spec();
@@ -244,7 +246,7 @@ OpSpec tma_copy_op_spec() {
     check_arch(arch);
     return recipe_of(c, arch);
   });
-  return op;
+  return {op};
 }
 
 }  // namespace ops

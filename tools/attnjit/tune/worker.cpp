@@ -32,12 +32,15 @@ bool sticky(const std::string& message) {
 
 void answer(const json& j) { std::cout << j.dump() << std::endl; }
 
+// Every candidate of a sweep sees the same inputs.
+constexpr uint64_t kInputSeed = 0x74756E65u;
+
 }  // namespace
 
-int worker_main(int device, const std::vector<Tunable>& tunables) {
+int worker_main(int device, const std::vector<harness::ProblemKind>& kinds) {
   ::setenv("ATTNJIT_TUNING_DB", "off", 1);
   reload_tuning_db();
-  std::unique_ptr<Bench> bench;
+  std::unique_ptr<harness::Problem> problem;
   std::vector<uint8_t> reference;
   int warmup = 5, iters = 50;
   for (std::string line; std::getline(std::cin, line);) {
@@ -53,31 +56,31 @@ int worker_main(int device, const std::vector<Tunable>& tunables) {
         driver::use_device(device);
         const driver::DeviceInfo& info = driver::cached_device_info(device);
         const std::string op = req.at("op").get<std::string>();
-        const Tunable* t = nullptr;
-        for (const Tunable& x : tunables)
-          if (x.op == op) t = &x;
-        if (!t) throw std::runtime_error(fmt::format("worker: no bench for op '{}'", op));
+        const harness::ProblemKind* kind = nullptr;
+        for (const harness::ProblemKind& k : kinds)
+          if (k.op == op) kind = &k;
+        if (!kind) throw std::runtime_error(fmt::format("worker: no problem for op '{}'", op));
         warmup = req.value("warmup", 5);
         iters = req.value("iters", 50);
-        bench.reset();
-        bench = t->make(req.at("shape"), info);
-        const auto call = bench->prepare(req.at("reference"));
-        bench->poison_output();
-        call(0);
-        reference = bench->output();
+        problem.reset();
+        problem = kind->make(req.at("shape"), kInputSeed, static_cast<size_t>(info.l2_bytes));
+        const harness::Prepared ref = problem->prepare(&req.at("reference"));
+        problem->poison_output();
+        ref.run(0);
+        reference = problem->output_bytes();
         answer({{"status", "ok"},
                 {"ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()}});
       } else if (cmd == "run") {
-        if (!bench) throw std::runtime_error("worker: run before setup");
-        const auto call = bench->prepare(req.at("candidate"));
-        bench->poison_output();
-        call(0);
-        const std::string why = bench->compare(reference, bench->output());
+        if (!problem) throw std::runtime_error("worker: run before setup");
+        const harness::Prepared candidate = problem->prepare(&req.at("candidate"));
+        problem->poison_output();
+        candidate.run(0);
+        const std::string why = problem->compare(reference, problem->output_bytes());
         if (!why.empty()) {
           answer({{"status", "mismatch"}, {"error", why}});
           continue;
         }
-        const double ms = cli::median_ms(warmup, iters, call);
+        const double ms = cli::median_ms(warmup, iters, candidate.run);
         answer({{"status", "ok"}, {"us", ms * 1e3}});
       } else {
         answer({{"status", "launch_failed"}, {"error", fmt::format("worker: unknown cmd '{}'", cmd)}});

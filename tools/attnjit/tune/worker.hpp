@@ -12,15 +12,20 @@
 // An answer with "restart": true means the worker exits after it: any driver error may
 // have left the CUDA context unusable (an illegal address or a trap is sticky), and a
 // faulted context is never reused. Nothing but answers is written to stdout.
+//
+// What it measures is the op's harness problem (harness/problem.hpp): the shape's inputs
+// built once with copies that keep L2 cold, each candidate planned and checked against the
+// reference candidate's output before it is timed.
 #include <vector>
 
-#include "measure.hpp"
+#include "harness/problem.hpp"
 
 namespace attnjit::tune {
 
 // Serves requests until stdin closes (0) or a driver error (3). The database is switched
 // off in the worker (ATTNJIT_TUNING_DB=off), so a candidate leaving a choice to the op
 // (num_splits = 0) gets the built-in heuristic, never an earlier sweep's answer.
-int worker_main(int device, const std::vector<Tunable>& tunables);
+// `kinds`: harness::problems(), plus test-only families in the tests' worker.
+int worker_main(int device, const std::vector<harness::ProblemKind>& kinds);
 
 }  // namespace attnjit::tune

@@ -17,6 +17,7 @@
 #include "attnjit/ops/mha_fwd.hpp"
 #include "harness/device.hpp"
 #include "harness/mha_reference.hpp"
+#include "harness/problem.hpp"
 
 namespace attnjit::harness {
 
@@ -48,14 +49,16 @@ MhaFwdCase mha_fwd_case(const nlohmann::json& shape);
 // decode row (b 64, one query, 32k keys, packed).
 std::vector<MhaFwdCase> mha_fwd_bench_cases();
 
-class MhaFwdProblem {
+class MhaFwdProblem final : public Problem {
  public:
   // Draws the case's inputs from `seed` and uploads one set of them, or with `l2_bytes`
   // copies_out_of_l2(one set, l2_bytes, 8) sets.
   MhaFwdProblem(const MhaFwdCase& c, uint64_t seed, size_t l2_bytes = 0);
 
   const MhaFwdCase& spec() const { return c_; }
-  int copies() const { return static_cast<int>(q_.size()); }
+  nlohmann::ordered_json case_json() const override { return c_.to_json(); }
+  std::string describe() const override { return c_.describe(); }
+  int copies() const override { return static_cast<int>(q_.size()); }
   float softmax_scale() const;  // 1/sqrt(d)
 
   MhaFwdArgs args(int copy = 0) const;
@@ -64,14 +67,20 @@ class MhaFwdProblem {
   MhaFwdShape shape() const;
   MhaFwdShape shape(const MhaFwdConfig& config) const;
 
-  void poison_output();                       // 0xFF bytes: NaN in out and lse
-  std::vector<uint8_t> output_bytes() const;  // out as the GPU wrote it (synchronizes)
+  // A given config's features are the shape's (a tuning candidate may pack heads).
+  Prepared prepare(const nlohmann::json* overrides) override;
+  void poison_output() override;                       // 0xFF bytes: NaN in out and lse
+  std::vector<uint8_t> output_bytes() const override;  // out as the GPU wrote it
   // Downloads out and lse and judges them against the float64 reference on `sampled_rows`
   // random rows plus every edge row (0: all rows), and the whole output's structure.
-  MhaComparison check(int sampled_rows = 16) const;
+  MhaComparison judge(int sampled_rows = 16) const;
+  Verdict check(int sampled_rows) const override;
+  // Tile width, ring depth and split count change the summation order of the softmax and
+  // P·V sums only (bf16: ~2^-8 relative per element); a wrong tile is off by O(1).
+  std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override;
 
-  double bytes() const;  // K and V read once + q + out
-  double flops() const;  // 2 · (visible (row, key) pairs over every head) · (d + dv)
+  double bytes() const override;  // K and V read once + q + out
+  double flops() const override;  // 2 · (visible (row, key) pairs over every head) · (d + dv)
 
  private:
   MhaProblem host_problem() const;

@@ -1,8 +1,9 @@
-#include "harness/mla_problem.hpp"
+#include "harness/mla_decode_problem.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 
 #include "attnjit/error.hpp"
@@ -184,7 +185,49 @@ MlaProblem MlaDecodeProblem::host_problem() const {
   return p;
 }
 
-MlaComparison MlaDecodeProblem::check(int sampled_rows) const {
+Prepared MlaDecodeProblem::prepare(const json* overrides) {
+  MlaDecodeShape shape = this->shape();
+  const json heuristic = json::parse(mla_decode_default_config(c_.dtype, c_.h, c_.q_len, c_.page).to_json());
+  MlaDecodeConfig given;
+  if (overrides) {
+    json runtime;
+    const json merged = merge_config(heuristic, *overrides,
+                                     ops::find_op("mla_decode").tuning.runtime_fields, runtime);
+    given = MlaDecodeConfig::from_json(merged.dump());
+    if (runtime.contains("num_splits")) shape.num_splits = runtime["num_splits"].get<int>();
+  }
+  const MlaDecodePlan plan = mla_decode_plan(shape, overrides ? &given : nullptr);
+  auto workspace = std::make_shared<DeviceBuffer>(std::max<size_t>(1, plan.workspace_bytes));
+  const Workspace ws{plan.workspace_bytes ? workspace->data() : nullptr, plan.workspace_bytes};
+  mla_decode_schedule(plan, args(0), ws, nullptr);
+  Prepared p;
+  p.config = json::parse(plan.config.to_json());
+  p.config_source = config_source(overrides, p.config, heuristic);
+  p.num_splits = plan.num_splits;
+  p.run = [this, plan, ws, workspace](int i) { mla_decode(args(i), plan, ws, nullptr); };
+  return p;
+}
+
+Verdict MlaDecodeProblem::check(int sampled_rows) const {
+  const MlaComparison r = judge(sampled_rows);
+  return {r.passed, r.summary(),
+          {{"passed", r.passed},
+           {"rel_l2", r.rel_l2},
+           {"worst_row_err", r.worst_row_err},
+           {"rows_checked", r.checked_rows}}};
+}
+
+std::string MlaDecodeProblem::compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const {
+  return compare_16bit(ref, got, c_.dtype == DType::kF16, 1e-2);
+}
+
+json MlaDecodeProblem::target() const {
+  if (c_.h == 16) return {{"metric", "gbps"}, {"h100", 2700}};
+  if (c_.h == 128 && c_.q_len == 2) return {{"metric", "tflops"}, {"h100", 600}};
+  return nullptr;
+}
+
+MlaComparison MlaDecodeProblem::judge(int sampled_rows) const {
   synchronize();
   const std::vector<uint16_t> bits = out_d_.download_as<uint16_t>(out_d_.bytes() / kElem);
   std::vector<float> out(bits.size());
@@ -210,6 +253,32 @@ double MlaDecodeProblem::flops() const {
   for (int l : lens_)
     for (int t = 0; t < c_.q_len; ++t) pairs += int64_t{c_.h} * mla_visible_keys(l, c_.q_len, t);
   return 2.0 * static_cast<double>(pairs) * (kMlaQkDim + kMlaVDim);
+}
+
+ProblemKind mla_decode_problem() {
+  ProblemKind k;
+  k.op = "mla_decode";
+  k.bench_cases = [] {
+    std::vector<json> v;
+    for (const MlaDecodeCase& c : mla_decode_bench_cases()) v.push_back(c.to_json());
+    return v;
+  };
+  k.test_cases = [] {
+    std::vector<json> v;
+    for (MlaDecodeCase c : mla_decode_bench_cases()) {
+      c.b = std::min(c.b, 6);
+      c.s_k = std::min(c.s_k, 1500);  // off the page and the tile
+      for (bool lse : {false, true}) {
+        c.lse = lse;
+        v.push_back(c.to_json());
+      }
+    }
+    return v;
+  };
+  k.make = [](const json& shape, uint64_t seed, size_t l2_bytes) -> std::unique_ptr<Problem> {
+    return std::make_unique<MlaDecodeProblem>(mla_decode_case(shape), seed, l2_bytes);
+  };
+  return k;
 }
 
 }  // namespace attnjit::harness

@@ -16,6 +16,7 @@
 #include "attnjit/ops/mla_decode.hpp"
 #include "harness/device.hpp"
 #include "harness/mla_reference.hpp"
+#include "harness/problem.hpp"
 
 namespace attnjit::harness {
 
@@ -43,7 +44,7 @@ MlaDecodeCase mla_decode_case(const nlohmann::json& shape);
 // tools/gpu_tune.sh sweeps), then the mixed-length row of the same batch.
 std::vector<MlaDecodeCase> mla_decode_bench_cases();
 
-class MlaDecodeProblem {
+class MlaDecodeProblem final : public Problem {
  public:
   static constexpr float kSoftmaxScale = 0.07216878f;  // 1/sqrt(192): DeepSeek's q·k scale
   static constexpr int kChunkRows = 4096;               // the pool's period (every page size divides it)
@@ -53,21 +54,31 @@ class MlaDecodeProblem {
   MlaDecodeProblem(const MlaDecodeCase& c, uint64_t seed, size_t l2_bytes = 0);
 
   const MlaDecodeCase& spec() const { return c_; }
-  int copies() const { return static_cast<int>(q_.size()); }
+  nlohmann::ordered_json case_json() const override { return c_.to_json(); }
+  std::string describe() const override { return c_.describe(); }
+  int copies() const override { return static_cast<int>(q_.size()); }
 
   MlaDecodeArgs args(int copy = 0) const;
   // What an engine plans with: the views of args(0), max_len = s_k, num_splits = splits.
   MlaDecodeShape shape() const;
 
-  void poison_output();                      // 0xFF bytes: NaN in out and lse
-  std::vector<uint8_t> output_bytes() const;  // out as the GPU wrote it (synchronizes)
+  Prepared prepare(const nlohmann::json* overrides) override;
+  void poison_output() override;                       // 0xFF bytes: NaN in out and lse
+  std::vector<uint8_t> output_bytes() const override;  // out as the GPU wrote it
   // Downloads out (and lse) and judges them against the float64 reference on
   // `sampled_rows` random rows plus every edge row (0: all rows), and the whole output's
   // structure (poison left, empty rows, lse infinities).
-  MlaComparison check(int sampled_rows = 16) const;
+  MlaComparison judge(int sampled_rows = 16) const;
+  Verdict check(int sampled_rows) const override;
+  // Split count and tile size change the summation order only (bf16: ~2^-9 relative per
+  // element); a wrong kernel is off by O(1).
+  std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override;
 
-  double bytes() const;  // cache rows read once + q + out (lse not counted)
-  double flops() const;  // 2 · (q·k pairs) · (576 + 512), causal for q_len > 1
+  double bytes() const override;  // cache rows read once + q + out (lse not counted)
+  double flops() const override;  // 2 · (q·k pairs) · (576 + 512), causal for q_len > 1
+  // DESIGN.md's targets on the H100: h = 16 memory-bound, h = 128 with q_len = 2
+  // compute-bound.
+  nlohmann::json target() const override;
 
  private:
   MlaProblem host_problem() const;  // the reference's view of the inputs

@@ -1,9 +1,10 @@
-#include "harness/mha_problem.hpp"
+#include "harness/mha_fwd_problem.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 
 #include "attnjit/error.hpp"
@@ -199,7 +200,44 @@ MhaProblem MhaFwdProblem::host_problem() const {
   return p;
 }
 
-MhaComparison MhaFwdProblem::check(int sampled_rows) const {
+Prepared MhaFwdProblem::prepare(const json* overrides) {
+  const json heuristic = json::parse(mha_fwd_default_config(c_.features()).to_json());
+  MhaFwdConfig given;
+  MhaFwdShape shape = this->shape();
+  if (overrides) {
+    json runtime;
+    const json merged =
+        merge_config(heuristic, *overrides, ops::find_op("mha_fwd").tuning.runtime_fields, runtime);
+    given = MhaFwdConfig::from_json(merged.dump());
+    shape = this->shape(given);
+    if (runtime.contains("num_splits")) shape.num_splits = runtime["num_splits"].get<int>();
+  }
+  const MhaFwdPlan plan = mha_fwd_plan(shape, overrides ? &given : nullptr);
+  auto workspace = std::make_shared<DeviceBuffer>(std::max<size_t>(1, plan.workspace_bytes));
+  const Workspace ws{plan.workspace_bytes ? workspace->data() : nullptr, plan.workspace_bytes};
+  mha_fwd_schedule(plan, args(0), ws, nullptr);
+  Prepared p;
+  p.config = json::parse(plan.config.to_json());
+  p.config_source = config_source(overrides, p.config, heuristic);
+  p.num_splits = plan.num_splits;
+  p.run = [this, plan, ws, workspace](int i) { mha_fwd(args(i), plan, ws, nullptr); };
+  return p;
+}
+
+Verdict MhaFwdProblem::check(int sampled_rows) const {
+  const MhaComparison r = judge(sampled_rows);
+  return {r.passed, r.summary(),
+          {{"passed", r.passed},
+           {"rel_l2", r.rel_l2},
+           {"worst_row_err", r.worst_row_err},
+           {"rows_checked", r.checked_rows}}};
+}
+
+std::string MhaFwdProblem::compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const {
+  return compare_16bit(ref, got, c_.dtype == DType::kF16, 1e-2);
+}
+
+MhaComparison MhaFwdProblem::judge(int sampled_rows) const {
   synchronize();
   const std::vector<uint16_t> bits = out_d_.download_as<uint16_t>(out_d_.bytes() / kElem);
   std::vector<float> out(bits.size());
@@ -221,6 +259,32 @@ double MhaFwdProblem::bytes() const {
 
 double MhaFwdProblem::flops() const {
   return 2.0 * static_cast<double>(mha_visible_pairs(host_problem())) * (c_.d + c_.dv);
+}
+
+ProblemKind mha_fwd_problem() {
+  ProblemKind k;
+  k.op = "mha_fwd";
+  k.bench_cases = [] {
+    std::vector<json> v;
+    for (const MhaFwdCase& c : mha_fwd_bench_cases()) v.push_back(c.to_json());
+    return v;
+  };
+  // One row of each (d, causal) and the decode row, off the tile.
+  k.test_cases = [] {
+    std::vector<json> v;
+    for (MhaFwdCase c : mha_fwd_bench_cases()) {
+      if (c.s_q != 1 && c.s_q != 1024) continue;
+      c.b = 2;
+      c.s_q = c.s_q == 1 ? 1 : 333;
+      c.s_k = std::min(c.s_k, 777);
+      v.push_back(c.to_json());
+    }
+    return v;
+  };
+  k.make = [](const json& shape, uint64_t seed, size_t l2_bytes) -> std::unique_ptr<Problem> {
+    return std::make_unique<MhaFwdProblem>(mha_fwd_case(shape), seed, l2_bytes);
+  };
+  return k;
 }
 
 }  // namespace attnjit::harness

@@ -1,0 +1,100 @@
+#pragma once
+// An op as a problem: what `attnjit bench`, the tune worker and the tests run, through one
+// interface, so none of them has per-op code. A problem owns one case's inputs on the GPU
+// (rotated over copies that keep L2 cold when asked), plans and runs the op as an engine
+// would, and judges its output against float64 (or bit for bit, for a copy).
+//
+// Every op family in runtime/ops/ops.def has one: harness/<op>_problem.cpp defines
+// harness::<op>_problem(), and problems() lists them in that file's order.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnjit::harness {
+
+// A problem's verdict on its current output.
+struct Verdict {
+  bool passed = false;
+  std::string summary;              // one line with every number
+  nlohmann::ordered_json numbers;   // {"passed", "rel_l2", ...}: the bench JSON's "check"
+};
+
+// A planned run: what the runtime chose and the per-layer call.
+struct Prepared {
+  nlohmann::json config;      // the op's canonical config that runs
+  std::string config_source;  // "given", "heuristic" or "tuning_db"
+  int num_splits = 1;
+  // Enqueues one op call on the null stream reading input copy `i % copies()`; owns its
+  // plan's workspace.
+  std::function<void(int i)> run;
+};
+
+class Problem {
+ public:
+  virtual ~Problem() = default;
+
+  virtual nlohmann::ordered_json case_json() const = 0;  // every key, as the op's case reader reads it
+  virtual std::string describe() const = 0;              // one short line
+  virtual int copies() const = 0;
+
+  // Plans the op (compiling or loading its kernels) and runs its per-step schedule.
+  // `overrides` = nullptr: what a caller gets from the runtime (tuning database, else the
+  // heuristic). Otherwise a JSON object of config fields laid over the heuristic's config
+  // for this case, plus the op's run-time fields (ops::TuningSpec::runtime_fields, e.g.
+  // num_splits): a full tuning candidate or a partial `--config`. Throws Error when the
+  // result cannot run here.
+  virtual Prepared prepare(const nlohmann::json* overrides) = 0;
+
+  // Fills copy 0's outputs with a pattern no kernel writes (NaN for floats), so a kernel
+  // that writes nothing cannot pass.
+  virtual void poison_output() = 0;
+  virtual std::vector<uint8_t> output_bytes() const = 0;  // copy 0's output (synchronizes)
+  // Judges copy 0's output against float64 on `sampled_rows` random rows plus every edge
+  // row (0: every row) and the whole output's structure.
+  virtual Verdict check(int sampled_rows) const = 0;
+  // "" when `got` matches `ref` (another config's output_bytes() on this problem: bit for
+  // bit, or within the op's rounding), else what differs. The tune worker's check.
+  virtual std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const = 0;
+
+  virtual double bytes() const = 0;  // the bytes a call must move at least (DESIGN.md's rule)
+  virtual double flops() const = 0;  // 0 for an op without arithmetic
+  // The design's target for this case, {"metric": "gbps"|"tflops", "h100": value}, or null.
+  virtual nlohmann::json target() const { return nullptr; }
+};
+
+struct ProblemKind {
+  std::string op;
+  // `attnjit bench <op>`'s rows, as case JSON.
+  std::function<std::vector<nlohmann::json>()> bench_cases;
+  // The bench rows' features at test scale (a few MB each): the GPU tests run every one.
+  std::function<std::vector<nlohmann::json>()> test_cases;
+  // The case `shape` names (the op's tuning vocabulary plus harness keys; errors name the
+  // key), its inputs drawn from `seed`; with `l2_bytes`, enough copies to keep L2 cold.
+  std::function<std::unique_ptr<Problem>(const nlohmann::json& shape, uint64_t seed, size_t l2_bytes)> make;
+};
+
+// Every op family's problem (runtime/ops/ops.def), in the registry's order.
+const std::vector<ProblemKind>& problems();
+// Throws Error(kUnsupportedConfig) listing the known ones when `op` has none.
+const ProblemKind& find_problem(std::string_view op);
+
+// ---- for the problems' own files -----------------------------------------------------
+
+// The heuristic's config `defaults` with `overrides` laid over it, the run-time fields
+// (`runtime_fields`) moved out into `runtime`; errors name the key.
+nlohmann::json merge_config(const nlohmann::json& defaults, const nlohmann::json& overrides,
+                            const std::vector<std::string>& runtime_fields, nlohmann::json& runtime);
+// "given" when overrides were passed, else "heuristic" when the plan's config is the
+// heuristic's, else "tuning_db".
+std::string config_source(const nlohmann::json* overrides, const nlohmann::json& planned,
+                          const nlohmann::json& heuristic);
+// Relative L2 distance of two 16-bit float outputs (bf16 or f16 bits), "" when within
+// `limit` and finite where the reference is; else what differs.
+std::string compare_16bit(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got,
+                          bool f16, double limit);
+
+}  // namespace attnjit::harness
