@@ -102,7 +102,7 @@ uint64_t case_seed(const std::string& case_text) {
 bool bench_case(const harness::ProblemKind& kind, const nlohmann::json& shape, const BenchOptions& o,
                 const driver::DeviceInfo& dev, double copy_gbps) {
   const std::unique_ptr<harness::Problem> problem =
-      kind.make(shape, case_seed(shape.dump()), static_cast<size_t>(dev.l2_bytes));
+      kind.make(shape, o.seed ? o.seed : case_seed(shape.dump()), static_cast<size_t>(dev.l2_bytes));
   nlohmann::json overrides;
   if (!o.config.empty()) {
     overrides = nlohmann::json::parse(o.config, nullptr, false);

@@ -1,5 +1,6 @@
 #pragma once
 // Shared pieces of the attnjit CLI's subcommands.
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,6 +19,7 @@ struct BenchOptions {
   std::string config;  // JSON; empty = heuristic
   int iters = 50;
   int warmup = 5;
+  uint64_t seed = 0;  // 0: case_seed(the row's case JSON)
   bool json = false;
 };
 

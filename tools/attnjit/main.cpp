@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
   bench->add_option("--config", b.config, "config JSON (default: the heuristic's)");
   bench->add_option("--iters", b.iters, "timed iterations")->check(CLI::Range(1, 100000));
   bench->add_option("--warmup", b.warmup, "untimed iterations first")->check(CLI::Range(0, 10000));
+  bench->add_option("--seed", b.seed, "input seed (default: a hash of each row's case)");
   bench->add_flag("--json", b.json, "print one JSON object");
 
   auto* demo = app.add_subcommand("demo", "launch and check a kernel (GPU) or compile the default "
