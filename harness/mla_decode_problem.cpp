@@ -72,6 +72,15 @@ std::vector<MlaDecodeCase> mla_decode_bench_cases() {
   varlen.s_k = 8192;
   varlen.varlen = true;
   v.push_back(varlen);
+  // A tensor-parallel rank's 8 heads (a 64-head model at TP 8, 128 heads at TP 16): as
+  // memory-bound as h = 16, decode and MTP.
+  for (int q_len : {1, 4}) {
+    MlaDecodeCase tp;
+    tp.h = 8;
+    tp.q_len = q_len;
+    tp.s_k = 8192;
+    v.push_back(tp);
+  }
   return v;
 }
 

@@ -41,7 +41,8 @@ struct MlaDecodeCase {
 MlaDecodeCase mla_decode_case(const nlohmann::json& shape);
 
 // `attnjit bench mla_decode`'s list: the registry's bench shapes (the ones
-// tools/gpu_tune.sh sweeps), then the mixed-length row of the same batch.
+// tools/gpu_tune.sh sweeps), the mixed-length row, then h = 8 with q_len 1 and 4 (b = 128,
+// s_k = 8192).
 std::vector<MlaDecodeCase> mla_decode_bench_cases();
 
 class MlaDecodeProblem final : public Problem {

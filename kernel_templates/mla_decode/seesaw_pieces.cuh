@@ -46,7 +46,7 @@ struct Traits {
   static_assert(kPBytes == kQChunkBytes, "P_odd takes the place of Q's rope chunk");
   static_assert(kStageBytes <= 2 * kTileBytes, "the output staging tile fits the KV buffers");
   static_assert(kLoChunks * kBoxCols == kHalfCols, "the lo half of a tile is WG0's V columns");
-  static_assert(P.num_heads % 16 == 0 && P.num_heads >= 16 && P.num_heads <= 128, "h");
+  static_assert(P.num_heads >= 1 && P.num_heads <= 128, "h in 1..128");
   static_assert(P.max_q_len >= 1 && P.max_q_len <= 8, "q_len bound 1..8");
   static_assert(P.page_size >= 16 && P.page_size <= 256 &&
                     (P.page_size & (P.page_size - 1)) == 0,

@@ -441,7 +441,9 @@ TEST_CASE("mla_decode matches float64 for every head count and q_len, with edge 
           "[gpu][mla_decode]") {
   if (!test::gpu_or_skip()) return;
   std::vector<MlaCase> cases;
-  for (int h : {16, 32, 64, 128})
+  // 8, 12, 24: a rank's heads under tensor parallelism (q_len·h rows packed into 64-row
+  // tiles, a token's heads straddling two tiles); 1 and 5: any count, off every power of 2.
+  for (int h : {1, 5, 8, 12, 16, 24, 32, 64, 128})
     for (int q_len : {1, 2, 4, 8}) {
       MlaCase c;
       c.heads = h;
@@ -713,7 +715,7 @@ TEST_CASE("mla_decode with the softmax-warpgroup schedule", "[gpu][mla_decode]")
   // the default test: every head count and q_len, empty, L < q_len, partial pages, splits.
   std::vector<MlaCase> cases;
   std::vector<MlaDecodeConfig> configs;
-  for (int h : {16, 32, 64, 128})
+  for (int h : {8, 12, 16, 32, 64, 128})
     for (int q_len : {1, 2, 8}) {
       MlaCase c;
       c.heads = h;

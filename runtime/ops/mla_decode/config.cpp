@@ -163,7 +163,7 @@ OpSpec main_spec() {
   op.default_set = [] {
     std::vector<nlohmann::json> set;
     for (DType d : {DType::kBF16, DType::kF16})
-      for (int h : {16, 32, 64, 128})
+      for (int h : {8, 16, 32, 64, 128})  // 8: 64- and 128-head models at TP 8 and 16
         for (int q : {1, 2, 8})
           set.push_back(nlohmann::json::parse(mla_decode_default_config(d, h, q, 64).to_json()));
     return set;
@@ -181,7 +181,7 @@ OpSpec combine_spec() {
   op.default_set = [] {
     std::vector<nlohmann::json> set;
     for (DType d : {DType::kBF16, DType::kF16})
-      for (int h : {16, 32, 64, 128})
+      for (int h : {8, 16, 32, 64, 128})
         set.push_back(nlohmann::json::parse(combine_table().to_json({d, h}).dump()));
     return set;
   };

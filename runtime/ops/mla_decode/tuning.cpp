@@ -39,12 +39,11 @@ json canonical_shape(const json& j) {
   tuning::ShapeReader r(j, "mla_decode", kShapeKeys);
   const int64_t b = r.get_int("b", 128, 1, 1 << 20);
   const int64_t q_len = r.get_int("q_len", 1, 1, 8);
-  const int64_t h = r.get_int("h", 128, 16, 128);
+  const int64_t h = r.get_int("h", 128, 1, 128);
   const int64_t s_k = r.get_int("s_k", 4096, 1, INT32_MAX);
   const int64_t page = r.get_int("page", 64, 16, 256);
   const DType dtype = r.get_dtype("dtype", DType::kBF16);
   r.finish();
-  if (h % 16 != 0) fail_arg(r.where("h"), fmt::format("must be a multiple of 16, got {}", h));
   if ((page & (page - 1)) != 0)
     fail_arg(r.where("page"), fmt::format("must be a power of two, got {}", page));
   if (dtype != DType::kBF16 && dtype != DType::kF16)
