@@ -19,8 +19,8 @@ const std::vector<OpSpec>& registry() {
       for (OpSpec& op : specs) {
         for (const OpSpec& seen : v)
           if (seen.name == op.name || seen.id == op.id)
-            fail_config("op registry",
-                 fmt::format("'{}' and '{}' share a name or id ({})", seen.name, op.name, op.id));
+            fail_config("op registry", fmt::format("'{}' and '{}' share a name or id ({})",
+                                                   seen.name, op.name, op.id));
         v.push_back(std::move(op));
       }
     };

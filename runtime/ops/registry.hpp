@@ -96,8 +96,8 @@ void bind_config(OpSpec& op, const ConfigTable<C, T...>& table,
   };
 }
 
-// Every op family's specs (runtime/ops/ops.def), in its row order, followed by nothing
-// else: there is no second list. Throws Error(kUnsupportedConfig) on two specs with one name or id.
+// The specs of every op family in runtime/ops/ops.def, in its row order (ops.def is the only
+// list of ops). Throws Error(kUnsupportedConfig) on two specs with one name or id.
 const std::vector<OpSpec>& registry();
 
 // Throws Error(kUnsupportedConfig) listing the known ops when `name` is not one.
