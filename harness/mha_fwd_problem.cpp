@@ -212,26 +212,12 @@ Prepared MhaFwdProblem::prepare(const json* overrides) {
     shape = this->shape(given);
     if (runtime.contains("num_splits")) shape.num_splits = runtime["num_splits"].get<int>();
   }
-  const MhaFwdPlan plan = mha_fwd_plan(shape, overrides ? &given : nullptr);
-  auto workspace = std::make_shared<DeviceBuffer>(std::max<size_t>(1, plan.workspace_bytes));
-  const Workspace ws{plan.workspace_bytes ? workspace->data() : nullptr, plan.workspace_bytes};
-  mha_fwd_schedule(plan, args(0), ws, nullptr);
-  Prepared p;
-  p.config = json::parse(plan.config.to_json());
-  p.config_source = config_source(overrides, p.config, heuristic);
-  p.num_splits = plan.num_splits;
-  p.run = [this, plan, ws, workspace](int i) { mha_fwd(args(i), plan, ws, nullptr); };
-  return p;
+  return prepared_run<MhaFwdPlan, MhaFwdArgs>(mha_fwd_plan(shape, overrides ? &given : nullptr),
+                                              overrides, heuristic, [this](int i) { return args(i); },
+                                              mha_fwd_schedule, mha_fwd);
 }
 
-Verdict MhaFwdProblem::check(int sampled_rows) const {
-  const MhaComparison r = judge(sampled_rows);
-  return {r.passed, r.summary(),
-          {{"passed", r.passed},
-           {"rel_l2", r.rel_l2},
-           {"worst_row_err", r.worst_row_err},
-           {"rows_checked", r.checked_rows}}};
-}
+Verdict MhaFwdProblem::check(int sampled_rows) const { return verdict_of(judge(sampled_rows)); }
 
 std::string MhaFwdProblem::compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const {
   return compare_16bit(ref, got, c_.dtype == DType::kF16, 1e-2);

@@ -6,6 +6,9 @@
 //
 // Every op family in runtime/ops/ops.def has one: harness/<op>_problem.cpp defines
 // harness::<op>_problem(), and problems() lists them in that file's order.
+#include <cuda.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,6 +16,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "attnjit/tensor.hpp"
+#include "harness/device.hpp"
 
 namespace attnjit::harness {
 
@@ -92,6 +98,37 @@ nlohmann::json merge_config(const nlohmann::json& defaults, const nlohmann::json
 // heuristic's, else "tuning_db".
 std::string config_source(const nlohmann::json* overrides, const nlohmann::json& planned,
                           const nlohmann::json& heuristic);
+
+// The verdict of a float64 comparison (MlaComparison, MhaComparison: passed, summary(),
+// rel_l2, worst_row_err, checked_rows).
+template <class Comparison>
+Verdict verdict_of(const Comparison& r) {
+  return {r.passed, r.summary(),
+          {{"passed", r.passed},
+           {"rel_l2", r.rel_l2},
+           {"worst_row_err", r.worst_row_err},
+           {"rows_checked", r.checked_rows}}};
+}
+
+// The Prepared of an op's plan, as an engine runs it: a workspace of the plan's size owned
+// by the run, the per-step schedule enqueued once on args(0), then run(i) = the per-layer
+// call on args(i). `args` must outlive the result (a problem's own member function).
+template <class Plan, class Args>
+Prepared prepared_run(const Plan& plan, const nlohmann::json* overrides, const nlohmann::json& heuristic,
+                      std::function<Args(int)> args,
+                      void (*schedule)(const Plan&, const Args&, Workspace, CUstream),
+                      void (*run)(const Args&, const Plan&, Workspace, CUstream)) {
+  auto workspace = std::make_shared<DeviceBuffer>(std::max<size_t>(1, plan.workspace_bytes));
+  const Workspace ws{plan.workspace_bytes ? workspace->data() : nullptr, plan.workspace_bytes};
+  schedule(plan, args(0), ws, nullptr);
+  Prepared p;
+  p.config = nlohmann::json::parse(plan.config.to_json());
+  p.config_source = config_source(overrides, p.config, heuristic);
+  if constexpr (requires { plan.num_splits; }) p.num_splits = plan.num_splits;
+  p.run = [plan, ws, workspace, args, run](int i) { run(args(i), plan, ws, nullptr); };
+  return p;
+}
+
 // Relative L2 distance of two 16-bit float outputs (bf16 or f16 bits), "" when within
 // `limit` and finite where the reference is; else what differs.
 std::string compare_16bit(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got,

@@ -49,12 +49,9 @@ class TmaCopyProblem final : public Problem {
       given = TmaCopyConfig::from_json(
           merge_config(heuristic, *overrides, ops::find_op("tma_copy").tuning.runtime_fields, runtime).dump());
     }
-    const TmaCopyPlan plan = tma_copy_plan(tma_copy_shape(args(0)), overrides ? &given : nullptr);
-    Prepared p;
-    p.config = json::parse(plan.config.to_json());
-    p.config_source = config_source(overrides, p.config, heuristic);
-    p.run = [this, plan](int i) { tma_copy(args(i), plan, {}, nullptr); };
-    return p;
+    return prepared_run<TmaCopyPlan, TmaCopyArgs>(
+        tma_copy_plan(tma_copy_shape(args(0)), overrides ? &given : nullptr), overrides, heuristic,
+        [this](int i) { return args(i); }, tma_copy_schedule, tma_copy);
   }
 
   void poison_output() override { dst_[0].fill_byte(0xA5); }
