@@ -22,13 +22,18 @@ nlohmann::ordered_json MlaDecodeCase::to_json() const {
           {"page", page},
           {"dtype", std::string(to_string(dtype))},
           {"varlen", varlen ? 1 : 0},
+          {"short", short_len},
+          {"long", long_count},
+          {"equal_work", equal_work ? 1 : 0},
           {"lse", lse ? 1 : 0},
           {"splits", splits}};
 }
 
 std::string MlaDecodeCase::describe() const {
-  return fmt::format("b={} q_len={} h={} s_k={}{} page={} {}{}", b, q_len, h, s_k, varlen ? " varlen" : "",
-                     page, to_string(dtype), lse ? " +lse" : "");
+  const std::string mix = short_len > 0 ? fmt::format(" {}×{}+{}×{}", long_count, s_k, b - long_count, short_len)
+                                         : std::string(varlen ? " varlen" : "");
+  return fmt::format("b={} q_len={} h={} s_k={}{}{} page={} {}{}", b, q_len, h, s_k, mix,
+                     equal_work ? " equal-work" : "", page, to_string(dtype), lse ? " +lse" : "");
 }
 
 MlaDecodeCase mla_decode_case(const json& shape) {
@@ -48,7 +53,19 @@ MlaDecodeCase mla_decode_case(const json& shape) {
     tuning_keys.erase(key);
   };
   take_bool("varlen", c.varlen);
+  take_bool("equal_work", c.equal_work);
   take_bool("lse", c.lse);
+  auto take_int = [&](const char* key, int lo, int hi, int& out) {
+    const auto it = tuning_keys.find(key);
+    if (it == tuning_keys.end()) return;
+    if (!it->is_number_integer() || *it < lo || *it > hi)
+      fail_arg(fmt::format("mla_decode shape key '{}'", key),
+               fmt::format("must be an integer in {}..{}, got {}", lo, hi, it->dump()));
+    out = it->get<int>();
+    tuning_keys.erase(key);
+  };
+  take_int("short", 0, 1 << 30, c.short_len);
+  take_int("long", 0, 1 << 30, c.long_count);
   if (const auto it = tuning_keys.find("splits"); it != tuning_keys.end()) {
     if (!it->is_number_integer() || *it < 0 || *it > 128)
       fail_arg("mla_decode shape key 'splits'", fmt::format("must be an integer in 0..128, got {}", it->dump()));
@@ -62,6 +79,12 @@ MlaDecodeCase mla_decode_case(const json& shape) {
   c.s_k = s.at("s_k").get<int>();
   c.page = s.at("page").get<int>();
   c.dtype = *parse_dtype(s.at("dtype").get<std::string>());
+  if (c.short_len > 0 && c.varlen)
+    fail_arg("mla_decode shape key 'short'", "a long tail or heavy half is not also varlen");
+  if (c.short_len > c.s_k)
+    fail_arg("mla_decode shape key 'short'", fmt::format("must be at most s_k = {}, got {}", c.s_k, c.short_len));
+  if (c.short_len > 0 && c.long_count > c.b)
+    fail_arg("mla_decode shape key 'long'", fmt::format("must be at most b = {}, got {}", c.b, c.long_count));
   return c;
 }
 
@@ -80,6 +103,18 @@ std::vector<MlaDecodeCase> mla_decode_bench_cases() {
     tp.q_len = q_len;
     tp.s_k = 8192;
     v.push_back(tp);
+  }
+  // Mixed lengths, each followed by the uniform row of the same b, h, q_len and Σ lengths.
+  auto with_equal_work = [&v](MlaDecodeCase mixed) {
+    v.push_back(mixed);
+    mixed.equal_work = true;
+    v.push_back(mixed);
+  };
+  for (int h : {16, 64, 128})
+    for (int q_len : {1, 2}) with_equal_work({.b = 128, .q_len = q_len, .h = h, .s_k = 8192, .varlen = true});
+  for (int h : {16, 128}) {
+    with_equal_work({.b = 64, .h = h, .s_k = 65536, .short_len = 1024, .long_count = 1});  // long tail
+    with_equal_work({.b = 32, .h = h, .s_k = 32768, .short_len = 512, .long_count = 16});  // heavy half
   }
   return v;
 }
@@ -110,6 +145,14 @@ MlaDecodeProblem::MlaDecodeProblem(const MlaDecodeCase& c, uint64_t seed, size_t
   if (c.varlen) {
     std::uniform_int_distribution<int> d(std::max(c.s_k / 4, c.q_len), c.s_k);
     for (auto& l : lens_) l = d(gen);
+  } else if (c.short_len > 0) {
+    for (size_t i = static_cast<size_t>(c.long_count); i < lens_.size(); ++i) lens_[i] = c.short_len;
+  }
+  if (c.equal_work && c.b > 0) {  // the same Σ, spread evenly (the first Σ mod b get one more)
+    int64_t total = 0;
+    for (int l : lens_) total += l;
+    for (size_t i = 0; i < lens_.size(); ++i)
+      lens_[i] = static_cast<int>(total / c.b + (static_cast<int64_t>(i) < total % c.b ? 1 : 0));
   }
   max_pages_ = (c.s_k + c.page - 1) / c.page;
   for (int l : lens_) num_pages_ += (l + c.page - 1) / c.page;
@@ -263,6 +306,10 @@ ProblemKind mla_decode_problem() {
     for (MlaDecodeCase c : mla_decode_bench_cases()) {
       c.b = std::min(c.b, 6);
       c.s_k = std::min(c.s_k, 1500);  // off the page and the tile
+      if (c.short_len > 0) {          // the same mix, scaled down
+        c.short_len = std::min(c.short_len, c.s_k / 16);
+        c.long_count = std::min(c.long_count, c.b / 2);
+      }
       for (bool lse : {false, true}) {
         c.lse = lse;
         v.push_back(c.to_json());

@@ -28,6 +28,10 @@ struct MlaDecodeCase {
   int page = 64;
   DType dtype = DType::kBF16;
   bool varlen = false;  // lengths uniform in [max(s_k/4, q_len), s_k]
+  int short_len = 0;    // > 0: a long tail or heavy half — `long_count` sequences at s_k,
+  int long_count = 1;   //   the rest at short_len
+  bool equal_work = false;  // every length the mean of the lengths drawn above (same Σ):
+                            // the uniform row a mixed row is compared with
   bool lse = false;     // the call asks for lse too
   int splits = 0;       // 0: the plan's choice
 
@@ -36,13 +40,16 @@ struct MlaDecodeCase {
 };
 
 // The tuning vocabulary — the registry's canonical_shape for mla_decode: b, q_len, h, s_k,
-// page, dtype, with its defaults and ranges — plus varlen, lse and splits. Errors name the
-// key.
+// page, dtype, with its defaults and ranges — plus varlen, short, long, equal_work, lse and
+// splits. Errors name the key.
 MlaDecodeCase mla_decode_case(const nlohmann::json& shape);
 
 // `attnjit bench mla_decode`'s list: the registry's bench shapes (the ones
-// tools/gpu_tune.sh sweeps), the mixed-length row, then h = 8 with q_len 1 and 4 (b = 128,
-// s_k = 8192).
+// tools/gpu_tune.sh sweeps), the mixed-length row, h = 8 with q_len 1 and 4 (b = 128,
+// s_k = 8192), then each mixed-length row beside its equal-work uniform row: lengths
+// uniform in [s/4, s] (b = 128, s = 8192, h 16 / 64 / 128, q_len 1 and 2), a long tail
+// (b = 64: one at 65536, the rest at 1024) and a heavy half (b = 32: half at 32768, half at
+// 512), both at h 16 and 128.
 std::vector<MlaDecodeCase> mla_decode_bench_cases();
 
 class MlaDecodeProblem final : public Problem {

@@ -42,28 +42,50 @@ ATTNJIT_DEVICE i64 lse_index(const QRows& q, int batch, const Seq& s, int num_he
   return static_cast<i64>(head) * q.total_q + s.start + q_idx;
 }
 
-// The CTA's work: grid (row tiles, splits, b).
+// The CTA's work. Static split: grid (row tiles, splits, b). Balanced: grid (row tiles, the
+// plan's bound on items), item blockIdx.y of the schedule's list.
 struct Tile {
-  int batch, split, row0;  // row0: first packed row (q_idx·h + head) of this CTA's tile
+  int batch, slot, row0;   // slot: the partial this CTA writes, or -1: out directly; row0:
+                           // first packed row (q_idx·h + head) of this CTA's tile
   Seq seq;                 // the sequence's tokens; rows ≥ seq.q_len·h are padding
   int len;                 // L, clamped to the table's capacity
   int tile_begin, tile_end;
 };
 
+// Balanced: CTAs past the schedule's item count have no work (they leave before any setup).
+ATTNJIT_DEVICE bool idle_cta(const Args& a) {
+  return a.items != nullptr && static_cast<int>(blockIdx.y) >= a.counts->items;
+}
+
 template <auto P>
 ATTNJIT_DEVICE Tile locate(const Args& a) {
   Tile t;
-  t.batch = static_cast<int>(blockIdx.z);
-  t.split = static_cast<int>(blockIdx.y);
   t.row0 = static_cast<int>(blockIdx.x) * P.block_m;
+  int split = 0;
+  if (a.items != nullptr) {
+    const WorkItem w = a.items[blockIdx.y];
+    t.batch = w.batch;
+    t.slot = w.slot;
+    t.tile_begin = w.tile_begin;
+    t.tile_end = w.tile_end;
+  } else {
+    t.batch = static_cast<int>(blockIdx.z);
+    split = static_cast<int>(blockIdx.y);
+    t.slot = a.num_splits > 1 ? t.batch * a.num_splits + split : -1;
+  }
   int len = a.cache_lens[t.batch];
   const int capacity = a.max_pages * P.page_size;  // never index past the table row
   len = len < 0 ? 0 : (len > capacity ? capacity : len);
   t.len = len;
   const int tiles = ceil_div(len, P.block_n);
-  const int per_split = ceil_div(tiles, a.num_splits);
-  t.tile_begin = min(tiles, t.split * per_split);
-  t.tile_end = min(tiles, t.tile_begin + per_split);
+  if (a.items == nullptr) {
+    const int per_split = ceil_div(tiles, a.num_splits);
+    t.tile_begin = min(tiles, split * per_split);
+    t.tile_end = min(tiles, t.tile_begin + per_split);
+  } else {  // the schedule read the same lengths; clamped all the same
+    t.tile_end = min(t.tile_end, tiles);
+    t.tile_begin = min(t.tile_begin, t.tile_end);
+  }
   // A ragged sequence shorter than the bound leaves whole row tiles without a query: they
   // walk no KV tile and write nothing.
   t.seq = sequence(a.q, t.batch);

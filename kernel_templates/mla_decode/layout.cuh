@@ -20,18 +20,41 @@ struct QRows {
   int total_q;         // tokens in q and out
 };
 
+// ---- the balanced schedule (mixed lengths) ----------------------------------------------
+// mla_decode_schedule's kernel reads the lengths on the GPU and cuts each sequence's KV
+// tiles into pieces of at most a common size C (about 1.1 × the batch's tiles per SM slot),
+// so a long sequence spreads over many SMs; the pieces are listed longest first, and the
+// hardware's in-order dispatch of the main kernel's CTAs then packs them onto the SMs like
+// LPT scheduling. A sequence cut into one piece writes out directly; the pieces of a cut one
+// go through the combine.
+//   pieces in all  < total/C + b ≤ slots + b        (n_i = ⌈tiles_i / C⌉ < tiles_i/C + 1)
+//   partial slots  < 2 · total/C < 2 · slots        (cut only when tiles_i > C: n_i < 2 tiles_i/C)
+//   cut sequences  < total/C < slots
+struct WorkItem {
+  int batch, tile_begin, tile_end;
+  int slot;  // its partial's slot in part_out / part_lse, or -1: the sequence is whole here
+};
+struct SplitSeq {  // a sequence cut into pieces: its partials are slots [first_slot, +count)
+  int batch, first_slot, count, pad;
+};
+struct WorkCounts {  // written by the schedule kernel, read by the main and combine kernels
+  int items, split_seqs, pad[2];
+};
+
 // The main kernel's argument block (after the q and kv tensor maps).
 struct Args {
   const int* block_table;  // [b, max_pages]
   const int* cache_lens;   // [b]
   void* out;               // [total_q, h, 512] contiguous (padded: [b, q_len, h, 512])
   float* lse;              // lse_index layout, or null
-  float* part_out;         // [b, splits, q_len·h, 512] f32 (splits > 1; q_len = the bound)
-  float* part_lse;         // [b, splits, q_len·h]
+  float* part_out;         // [slots, q_len·h, 512] f32 (q_len = the bound), or null; the
+  float* part_lse;         // [slots, q_len·h]        static split's slot = batch·splits + split
   QRows q;
   int max_pages;
-  int num_splits;
+  int num_splits;          // static split: grid y = splits; balanced: 0
   float scale_log2;        // softmax_scale · log2(e)
+  const WorkItem* items;   // balanced: grid y = the plan's bound on items; null: static
+  const WorkCounts* counts;
 };
 
 // Dynamic shared memory of the main kernel (both schedules' SharedStorage<P>, which
@@ -50,17 +73,57 @@ ATTNJIT_PLAN unsigned smem_bytes(int elem_bytes, int block_m, int block_n, int s
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 
-// mla_decode_combine: grid (q_len·h, b), kCombineThreads threads, 4 columns (one float4)
-// per thread.
+// mla_decode_combine: kCombineThreads threads, 4 columns (one float4) per thread; grid
+// (row blocks, sequences): static, (q_len·h, b); balanced, (kCombineRowBlocks, the plan's
+// bound on cut sequences), each CTA taking rows blockIdx.x, + gridDim.x, ...
 inline constexpr int kCombineThreads = kValueDim / 4;
+inline constexpr int kCombineRowBlocks = 16;
 struct CombineArgs {
-  const float* part_out;  // [b, splits, q_len·h, 512] f32 (q_len = the bound when ragged)
-  const float* part_lse;  // [b, splits, q_len·h]
+  const float* part_out;  // [slots, q_len·h, 512] f32 (q_len = the bound when ragged)
+  const float* part_lse;  // [slots, q_len·h]
   void* out;              // [total_q, h, 512]
   float* lse;             // lse_index layout, or null
   QRows q;
-  int num_splits;
+  int num_splits;             // static split
+  int pad;
+  const SplitSeq* split_seqs;  // balanced: the cut sequences; null: static
+  const WorkCounts* counts;
 };
+
+// mla_decode_balance (the schedule kernel): one CTA of kBalanceThreads threads.
+inline constexpr int kBalanceThreads = 1024;
+inline constexpr int kMinPieceTiles = 4;  // a piece's fixed costs (Q load, epilogue, combine)
+                                          // stay small against its KV tiles
+struct BalanceArgs {
+  const int* cache_lens;  // [b]
+  int* scratch;           // [2·b]: each sequence's tiles, then its pieces
+  WorkItem* items;        // [max_items]
+  SplitSeq* split_seqs;   // [slots]
+  WorkCounts* counts;
+  int batch;
+  int capacity;           // max_pages · page_size: lengths are clamped to it, as in the run
+  int slots;              // SM slots one piece can fill: SMs / row tiles per piece
+  int max_items;          // slots + b
+};
+
+// The workspace of a balanced plan, in bytes from its start: the partials (as many slots as
+// a schedule can cut), their lse, then the schedule. 256-byte aligned regions.
+struct BalancedWorkspace {
+  unsigned long long part_out, part_lse, items, split_seqs, counts, scratch, total;
+};
+ATTNJIT_PLAN unsigned long long align256(unsigned long long x) { return (x + 255) / 256 * 256; }
+ATTNJIT_PLAN BalancedWorkspace balanced_workspace(long long batch, long long part_rows, long long slots) {
+  BalancedWorkspace w{};
+  const long long max_slots = 2 * slots;
+  w.part_out = 0;
+  w.part_lse = align256(w.part_out + 4ull * max_slots * part_rows * kValueDim);
+  w.items = align256(w.part_lse + 4ull * max_slots * part_rows);
+  w.split_seqs = align256(w.items + 16ull * (slots + batch));
+  w.counts = align256(w.split_seqs + 16ull * slots);
+  w.scratch = align256(w.counts + 16);
+  w.total = align256(w.scratch + 8ull * batch);
+  return w;
+}
 
 // mla_decode_check (ATTNJIT_CHECK=1): grid (b), kCheckThreads threads.
 inline constexpr int kCheckThreads = 128;
@@ -80,11 +143,19 @@ inline constexpr unsigned kBadQOffsets = 0;  // q_offsets[b], q_offsets[b + 1]
 inline constexpr unsigned kBadLength = 1;    // cache_lens[b]
 inline constexpr unsigned kBadSlot0 = 2;     // block_table[b][slot]: kBadSlot0 + slot
 
-static_assert(sizeof(QRows) == 16 && sizeof(Args) == 80 && ATTNJIT_OFFSET_IS(Args, q, 48) &&
-                  ATTNJIT_OFFSET_IS(Args, scale_log2, 72),
+static_assert(sizeof(WorkItem) == 16 && sizeof(SplitSeq) == 16 && sizeof(WorkCounts) == 16,
+              "mla_decode schedule records");
+static_assert(sizeof(QRows) == 16 && sizeof(Args) == 96 && ATTNJIT_OFFSET_IS(Args, q, 48) &&
+                  ATTNJIT_OFFSET_IS(Args, scale_log2, 72) && ATTNJIT_OFFSET_IS(Args, items, 80) &&
+                  ATTNJIT_OFFSET_IS(Args, counts, 88),
               "mla_decode::Args layout");
-static_assert(sizeof(CombineArgs) == 56 && ATTNJIT_OFFSET_IS(CombineArgs, num_splits, 48),
+static_assert(sizeof(CombineArgs) == 72 && ATTNJIT_OFFSET_IS(CombineArgs, num_splits, 48) &&
+                  ATTNJIT_OFFSET_IS(CombineArgs, split_seqs, 56) &&
+                  ATTNJIT_OFFSET_IS(CombineArgs, counts, 64),
               "mla_decode::CombineArgs layout");
+static_assert(sizeof(BalanceArgs) == 56 && ATTNJIT_OFFSET_IS(BalanceArgs, batch, 40) &&
+                  ATTNJIT_OFFSET_IS(BalanceArgs, max_items, 52),
+              "mla_decode::BalanceArgs layout");
 static_assert(sizeof(CheckArgs) == 48 && ATTNJIT_OFFSET_IS(CheckArgs, max_q_len, 44),
               "mla_decode::CheckArgs layout");
 

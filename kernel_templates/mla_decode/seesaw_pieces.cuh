@@ -386,12 +386,12 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
   using T = Traits<P>;
   constexpr u32 kPitch = kValueDim * T::kElem + 16;   // unsplit staging row
   constexpr u32 kPitchF32 = kValueDim * 4 + 32;       // split staging row
-  const bool split = a.num_splits > 1;
+  const bool split = t.slot >= 0;
   const int tid = thread_in_warpgroup();
   const int row0 = t.row0;
   const int rows_b = t.seq.q_len * P.num_heads;            // this sequence's rows
   const int part_rows = a.q.q_len * P.num_heads;           // a partial's rows (the bound)
-  const i64 part_row0 = (static_cast<i64>(t.batch) * a.num_splits + t.split) * part_rows;
+  const i64 part_row0 = static_cast<i64>(t.slot) * part_rows;
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;

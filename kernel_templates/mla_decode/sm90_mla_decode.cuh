@@ -186,7 +186,7 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
     const bool empty = !(l[r] > 0.0f);
     const float inv = empty ? 0.0f : 1.0f / l[r];
     const float lse = empty ? neg_inf() : (m[r] + __log2f(l[r])) * kLn2;
-    if (a.num_splits == 1) {
+    if (t.slot < 0) {
       u8* out = static_cast<u8*>(a.out) +
                 ((static_cast<i64>(t.seq.start) * P.num_heads + gr) * kValueDim + half * kHalfCols) *
                     kElem;
@@ -198,7 +198,7 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
       if (a.lse != nullptr && half == 0 && tid % 4 == 0)
         a.lse[lse_index(a.q, t.batch, t.seq, P.num_heads, gr % P.num_heads, gr / P.num_heads)] = lse;
     } else {
-      const i64 prow = (static_cast<i64>(t.batch) * a.num_splits + t.split) * part_rows + gr;
+      const i64 prow = static_cast<i64>(t.slot) * part_rows + gr;
       float* out = a.part_out + prow * kValueDim + half * kHalfCols;
 #pragma unroll
       for (int i = 2 * r; i < kHalfCols / 2; i += 4) {
@@ -362,6 +362,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
            const Args args) {
   static_assert(kPlanMatches<P>, "mla_decode/layout.cuh's smem_bytes is not this SharedStorage's");
+  if (idle_cta(args)) return;  // balanced: past the schedule's item count
   using T = Traits<P>;
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>(

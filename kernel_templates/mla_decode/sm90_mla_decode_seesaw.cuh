@@ -3,7 +3,8 @@
 // warpgroups that take turns (FlashMLA's "seesaw" schedule).
 //
 // One CTA = one tile of 64 query rows (q_len × heads packed, row = t·h + head) of one
-// sequence, over one split of its KV tiles, which it walks in pairs (even tile, odd tile).
+// sequence, over one split (or one scheduled piece) of its KV tiles, which it walks in
+// pairs (even tile, odd tile).
 // 256 threads = two warpgroups; each owns half of O[64 × 512] (128 f32 accumulators per
 // thread) and both keep a 255-register budget (at 384 threads ptxas would cap every thread
 // at 168):
@@ -262,6 +263,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
            const Args args) {
   static_assert(kPlanMatches<P>, "mla_decode/layout.cuh's smem_bytes is not this SharedStorage's");
+  if (idle_cta(args)) return;  // balanced: past the schedule's item count
   using T = Traits<P>;
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>(

@@ -279,12 +279,15 @@ RunResult run_mla(MlaData& d, const RunOptions& o) {
   const MlaDecodeArgs a = d.args(o.want_lse);
   const MlaDecodePlan plan = plan_mla(a, o);
   RunResult r;
-  r.splits = plan.num_splits;
-  REQUIRE(r.splits >= 1);
+  r.splits = plan.num_splits;  // 0: balanced
   if (o.num_splits > 0) CHECK(r.splits == o.num_splits);
+  // No forced count and no tuning database in the tests: the balanced schedule.
+  CHECK(plan.balanced == (o.num_splits == 0));
+  REQUIRE((plan.balanced ? r.splits == 0 && plan.sm_slots >= 1 : r.splits >= 1));
   const size_t ws = plan.workspace_bytes;
-  CHECK(ws == mla_decode_workspace_bytes(plan.shape, r.splits));
-  if (r.splits == 1) CHECK(ws == 0);
+  CHECK(ws == (plan.balanced ? mla_decode_balanced_workspace_bytes(plan.shape, plan.sm_slots)
+                             : mla_decode_workspace_bytes(plan.shape, r.splits)));
+  if (!plan.balanced && r.splits == 1) CHECK(ws == 0);
   DeviceBuffer workspace(ws);
   workspace.fill_byte(0xFF);  // partials must be written before they are read
   const Workspace w{ws ? workspace.data() : nullptr, ws};
@@ -547,7 +550,7 @@ TEST_CASE("mla_decode gives the same answer for every split count", "[gpu][mla_d
       o.num_splits = splits;
       judge(d, ref, run_mla(d, o),
             fmt::format("{} num_splits {}", c.describe(),
-                        splits == 0 ? "heuristic" : std::to_string(splits)));
+                        splits == 0 ? "balanced" : std::to_string(splits)));
     }
   }
 }
@@ -573,14 +576,15 @@ TEST_CASE("mla_decode heuristic split count and the runtime's own config", "[gpu
     INFO(c.describe());
     MlaData d(c);
     const MlaReference ref = reference_for(d);
-    // The split count is a function of host-visible shapes only: planned twice, same answer.
+    // The plan is a function of host-visible shapes only: planned twice, same answer. With
+    // no forced count it is the balanced schedule, which cuts a lone long sequence on the GPU.
     RunOptions probe;
     probe.max_len_hint = s.hint;
-    const int splits = plan_mla(d.args(true), probe).num_splits;
-    CHECK(splits >= 1);
-    CHECK(plan_mla(d.args(true), probe).num_splits == splits);
-    // Two CTAs of 64 query rows for one sequence would leave the GPU idle: split it.
-    if (c.batch() == 1) CHECK(splits > 1);
+    const MlaDecodePlan p1 = plan_mla(d.args(true), probe), p2 = plan_mla(d.args(true), probe);
+    CHECK(p1.balanced);
+    CHECK(p1.sm_slots >= 1);
+    CHECK((p2.balanced == p1.balanced && p2.sm_slots == p1.sm_slots &&
+           p2.workspace_bytes == p1.workspace_bytes));
     RunOptions o;  // config = nullptr: whatever the runtime picks
     o.max_len_hint = s.hint;
     const RunResult r = run_mla(d, o);
@@ -928,7 +932,7 @@ TEST_CASE("mla_decode with ragged q: per-sequence q_len, [total_q, h] rows, [h, 
     q_lens[4] = 1;
     check_ragged(c, q_lens, 1, configs[k]);
     check_ragged(c, q_lens, 3, configs[k]);  // partials and the combine in the ragged layout
-    check_ragged(c, q_lens, 0, configs[k], 0);  // heuristic split, no tail rows
+    check_ragged(c, q_lens, 0, configs[k], 0);  // balanced schedule, no tail rows
   }
 }
 

@@ -19,7 +19,8 @@ using nlohmann::json;
 TEST_CASE("mla_decode cases read the tuning vocabulary plus the harness keys", "[harness]") {
   const MlaDecodeCase d = harness::mla_decode_case(json::object());
   CHECK(d.to_json().dump() ==
-        R"({"b":128,"q_len":1,"h":128,"s_k":4096,"page":64,"dtype":"bf16","varlen":0,"lse":0,"splits":0})");
+        R"({"b":128,"q_len":1,"h":128,"s_k":4096,"page":64,"dtype":"bf16","varlen":0,"short":0,"long":1,)"
+        R"("equal_work":0,"lse":0,"splits":0})");
   const MlaDecodeCase c = harness::mla_decode_case(
       json{{"b", 3}, {"q_len", 2}, {"h", 16}, {"s_k", 700}, {"page", 32}, {"dtype", "f16"},
            {"varlen", true}, {"lse", 1}, {"splits", 4}});
@@ -30,12 +31,27 @@ TEST_CASE("mla_decode cases read the tuning vocabulary plus the harness keys", "
   REQUIRE_ERROR(harness::mla_decode_case(json{{"heads", 16}}), ErrorKind::kBadArgument, "heads");
   REQUIRE_ERROR(harness::mla_decode_case(json{{"varlen", 2}}), ErrorKind::kBadArgument, "'varlen'");
   REQUIRE_ERROR(harness::mla_decode_case(json{{"splits", -1}}), ErrorKind::kBadArgument, "'splits'");
-  // The bench list: the registry's tuning shapes, then the mixed-length row.
+  REQUIRE_ERROR(harness::mla_decode_case(json{{"short", 5000}}), ErrorKind::kBadArgument, "'short'");
+  REQUIRE_ERROR(harness::mla_decode_case(json{{"short", 64}, {"varlen", 1}}), ErrorKind::kBadArgument, "'short'");
+  REQUIRE_ERROR(harness::mla_decode_case(json{{"b", 4}, {"short", 64}, {"long", 5}}), ErrorKind::kBadArgument,
+                "'long'");
+  const MlaDecodeCase tail = harness::mla_decode_case(json{{"b", 64}, {"s_k", 65536}, {"short", 1024}});
+  CHECK(tail.describe() == "b=64 q_len=1 h=128 s_k=65536 1×65536+63×1024 page=64 bf16");
+  // The bench list: the registry's tuning shapes, the mixed-length row, two h = 8 rows, then
+  // 10 mixed rows each followed by its equal-work uniform row.
   const auto bench = harness::mla_decode_bench_cases();
-  REQUIRE(bench.size() >= 4);
-  CHECK(bench[bench.size() - 3].varlen);
-  CHECK(bench.back().h == 8);
-  CHECK(static_cast<size_t>(bench.size() - 3) == ops::find_op("mla_decode").tuning.bench_shapes.size());
+  const size_t tuned = ops::find_op("mla_decode").tuning.bench_shapes.size();
+  REQUIRE(bench.size() == tuned + 3 + 20);
+  CHECK(bench[tuned].varlen);
+  CHECK(bench[tuned + 2].h == 8);
+  for (size_t i = tuned + 3; i < bench.size(); i += 2) {
+    CHECK((bench[i].varlen || bench[i].short_len > 0));
+    CHECK(!bench[i].equal_work);
+    MlaDecodeCase same = bench[i + 1];
+    CHECK(same.equal_work);
+    same.equal_work = false;
+    CHECK(same.to_json() == bench[i].to_json());
+  }
 }
 
 TEST_CASE("mha_fwd cases read the tuning vocabulary plus seq and splits", "[harness]") {

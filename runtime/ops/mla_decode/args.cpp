@@ -169,7 +169,10 @@ Sizes check_args(const MlaDecodeArgs& a, const MlaDecodeConfig& c) {
 }
 
 void check_shape(const MlaDecodeShape& s, const MlaDecodeConfig& c) {
-  if (s.batch < 0) fail_arg("shape.batch", fmt::format("must be >= 0, got {}", s.batch));
+  if (s.batch < 0 || s.batch > kMaxBatch)
+    fail_arg("shape.batch", fmt::format("must be in 0..{} (a grid dimension holds the batch "
+                                        "plus the SM slots), got {}",
+                                        kMaxBatch, s.batch));
   if (s.q_len < 1 || s.q_len > c.max_q_len)
     fail_arg("shape.q_len", fmt::format("must be 1..max_q_len = {} of the config, got {}",
                                         c.max_q_len, s.q_len));
@@ -213,10 +216,12 @@ void check_matches_plan(const Sizes& s, const MlaDecodePlan& plan) {
     fail_arg("block_table", fmt::format("has {} pages per sequence but the plan was made for "
                                         "max_pages = {}",
                                         s.max_pages, p.max_pages));
-  if (plan.num_splits < 1 || plan.num_splits > kMaxSplits)
-    fail_arg("plan", fmt::format("num_splits {} is outside 1..{} (make plans with "
-                                 "mla_decode_plan)",
-                                 plan.num_splits, kMaxSplits));
+  if (plan.balanced ? plan.num_splits != 0 || plan.sm_slots < 1
+                    : plan.num_splits < 1 || plan.num_splits > kMaxSplits)
+    fail_arg("plan", fmt::format("{} with num_splits {} and sm_slots {} is not a plan (a static "
+                                 "split has num_splits 1..{}; make plans with mla_decode_plan)",
+                                 plan.balanced ? "a balanced plan" : "a static split",
+                                 plan.num_splits, plan.sm_slots, kMaxSplits));
 }
 
 void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, const Sizes& s, Arch arch,

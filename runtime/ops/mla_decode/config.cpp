@@ -1,4 +1,4 @@
-// mla_decode configs as data: the field tables of the main, combine and check kernels,
+// mla_decode configs as data: the field tables of the main, combine, balance and check kernels,
 // validation (errors name the field), the built-in heuristic, the kernels' recipes and the
 // registry entries.
 #include "ops/mla_decode/config.hpp"
@@ -52,6 +52,17 @@ const auto& combine_table() {
   return t;
 }
 
+const auto& balance_table() {
+  using namespace ops::rules;
+  static const ops::ConfigTable t{
+      "mla_decode_balance"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(ops::MlaBalanceConfig, __VA_ARGS__)
+#include "ops/mla_decode/balance_config.def"
+#undef ATTNJIT_FIELD
+  };
+  return t;
+}
+
 const auto& check_table() {
   using namespace ops::rules;
   static const ops::ConfigTable t{
@@ -78,6 +89,14 @@ jit::KernelRecipe combine_recipe(const ops::MlaCombineConfig& c, Arch arch) {
   return ops::table_recipe(combine_table(), c,
                            {"mla_decode_combine", "mla_decode/combine.cuh",
                             "attnjit::mla_decode::combine_kernel"},
+                           arch, 0);
+}
+
+jit::KernelRecipe balance_recipe(const ops::MlaBalanceConfig& c, Arch arch) {
+  ops::require_sm90a(arch, "mla_decode_balance");
+  return ops::table_recipe(balance_table(), c,
+                           {"mla_decode_balance", "mla_decode/balance.cuh",
+                            "attnjit::mla_decode::balance_kernel"},
                            arch, 0);
 }
 
@@ -127,6 +146,7 @@ MlaDecodeConfig mla_decode_default_config(DType dtype, int num_heads, int q_len,
 namespace ops {
 
 void MlaCombineConfig::validate() const { combine_table().check_rules(*this); }
+void MlaBalanceConfig::validate() const { balance_table().check_rules(*this); }
 void MlaCheckConfig::validate() const { check_table().check_rules(*this); }
 
 int mla_threads(const MlaDecodeConfig& c) {
@@ -145,6 +165,10 @@ const jit::Kernel& mla_main_kernel(const MlaDecodeConfig& c, Arch arch) {
 
 const jit::Kernel& mla_combine_kernel(const MlaCombineConfig& c, Arch arch) {
   return table_kernel(combine_table(), op_id("mla_decode_combine"), c, arch, combine_recipe);
+}
+
+const jit::Kernel& mla_balance_kernel(const MlaBalanceConfig& c, Arch arch) {
+  return table_kernel(balance_table(), op_id("mla_decode_balance"), c, arch, balance_recipe);
 }
 
 const jit::Kernel& mla_check_kernel(const MlaCheckConfig& c, Arch arch) {
@@ -189,9 +213,25 @@ OpSpec combine_spec() {
   return op;
 }
 
+OpSpec balance_spec() {
+  OpSpec op;
+  op.name = "mla_decode_balance";
+  op.id = op_id(op.name);
+  op.summary = "mla_decode's balanced schedule: cuts a step's KV tiles into equal pieces "
+               "(launched by mla_decode_schedule)";
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (int n : {32, 64}) set.push_back(nlohmann::json::parse(balance_table().to_json({n}).dump()));
+    return set;
+  };
+  bind_config<MlaBalanceConfig>(op, balance_table(), balance_recipe);
+  return op;
+}
+
 }  // namespace
 
-std::vector<OpSpec> mla_decode_op_specs() { return {main_spec(), combine_spec()}; }
+std::vector<OpSpec> mla_decode_op_specs() { return {main_spec(), combine_spec(), balance_spec()}; }
 
 }  // namespace ops
 }  // namespace attnjit

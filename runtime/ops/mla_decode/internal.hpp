@@ -26,6 +26,7 @@ Choice lookup(DType dtype, int64_t b, int64_t q_len, int64_t h, int64_t page, in
 namespace attnjit::mla_detail {
 
 inline constexpr int kMaxSplits = 256;
+inline constexpr int kMaxBatch = 32768;  // grid y of a balanced run: batch + SM slots < 65536
 
 // Host-visible sizes of a call whose arguments passed check_args. Ragged: q_len is the
 // max_q_len bound.

@@ -1,6 +1,7 @@
-// mla_decode's plan and launches: the split choice, the workspace, the tensor maps and
-// the two kernels (the main kernel, then the combine kernel through programmatic dependent
-// launch when the KV range is split).
+// mla_decode's plan and launches: the split choice (static or balanced), the workspace, the
+// step's schedule kernel (balanced), the tensor maps and the two kernels of a run (the main
+// kernel, then the combine kernel through programmatic dependent launch when pieces of a
+// sequence's keys were written as partials).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,7 +20,6 @@ namespace attnjit {
 namespace {
 
 namespace dev = layout::mla_decode;  // the kernels' layout (kernel_templates/mla_decode/layout.cuh)
-using mla_detail::kMaxSplits;
 
 const int* i32_ptr(const TensorView& t) { return static_cast<const int*>(t.data); }
 
@@ -27,27 +27,25 @@ int64_t length_bound(const MlaDecodeShape& s) {
   return s.max_len > 0 ? s.max_len : int64_t{s.max_pages} * s.page_size;
 }
 
-int heuristic_splits(const MlaDecodeShape& s, int sm_count) {
-  const int64_t m_tiles = (int64_t{s.q_len} * s.num_heads + 63) / 64;
-  const int64_t ctas = s.batch * m_tiles;
-  const int64_t kv_tiles = std::max<int64_t>(1, (length_bound(s) + 63) / 64);
-  if (ctas >= sm_count) return 1;
-  // Fill one wave (one 229 KiB CTA per SM) without spilling into a second one — rounding
-  // up cost 1.7x at b = 8 (9 splits = 144 CTAs on 132 SMs; the tuning sweep found 8) — but
-  // keep >= 4 KV tiles per split so the partial's fixed costs (Q load, epilogue, combine)
-  // stay small.
-  const int64_t splits = sm_count / std::max<int64_t>(ctas, 1);
-  return static_cast<int>(std::clamp<int64_t>(std::min(splits, kv_tiles / 4), 1, kMaxSplits));
-}
-
-// Plans without a forced count: the tuning database's split count for these shapes when
-// it has one (mla_tuning::lookup), else the heuristic's.
-int chosen_splits(const MlaDecodeShape& s, int sm_count) {
+// A static split count: the shape's forced one, else the tuning database's for these
+// shapes when it has one (mla_tuning::lookup); 0: the balanced schedule.
+int static_splits(const MlaDecodeShape& s) {
   if (s.num_splits > 0) return s.num_splits;
   const mla_tuning::Choice t =
       mla_tuning::lookup(s.dtype, s.batch, s.q_len, s.num_heads, s.page_size, length_bound(s));
-  if (t.found && t.num_splits > 0) return t.num_splits;
-  return heuristic_splits(s, sm_count);
+  return t.found && t.num_splits > 0 ? t.num_splits : 0;
+}
+
+int64_t row_tiles(int64_t q_len, int64_t num_heads) { return (q_len * num_heads + 63) / 64; }
+
+// Pieces the GPU runs at once: one CTA per SM (224 KiB of shared memory each), a piece being
+// one CTA per 64-row tile of its sequence's q_len·h rows.
+int sm_slots(const MlaDecodeShape& s, int sm_count) {
+  return static_cast<int>(std::max<int64_t>(1, sm_count / row_tiles(s.q_len, s.num_heads)));
+}
+
+dev::BalancedWorkspace balanced_layout(const MlaDecodeShape& s, int slots) {
+  return dev::balanced_workspace(s.batch, int64_t{s.q_len} * s.num_heads, slots);
 }
 
 Arch current_arch() {
@@ -64,6 +62,20 @@ size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits) {
   return out + (rows * sizeof(float) + 15) / 16 * 16;  // partial outputs, then their lse
 }
 
+size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots) {
+  return static_cast<size_t>(balanced_layout(shape, std::max(sm_slots, 1)).total);
+}
+
+namespace {
+
+// The bytes a plan's run reads and writes in the caller's workspace.
+size_t plan_workspace_bytes(const MlaDecodePlan& plan) {
+  return plan.balanced ? mla_decode_balanced_workspace_bytes(plan.shape, plan.sm_slots)
+                       : mla_decode_workspace_bytes(plan.shape, plan.num_splits);
+}
+
+}  // namespace
+
 MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig* config) {
   MlaDecodePlan plan;
   plan.shape = shape;
@@ -72,25 +84,46 @@ MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig
   mla_detail::check_shape(shape, plan.config);
   const CUdevice device = driver::current_device();
   const driver::DeviceInfo& info = driver::cached_device_info(device);
-  plan.num_splits = chosen_splits(shape, info.sm_count);
-  plan.workspace_bytes = mla_decode_workspace_bytes(shape, plan.num_splits);
+  plan.num_splits = static_splits(shape);
+  plan.balanced = plan.num_splits == 0;
+  if (plan.balanced) {
+    plan.sm_slots = sm_slots(shape, info.sm_count);
+    plan.workspace_bytes = mla_decode_balanced_workspace_bytes(shape, plan.sm_slots);
+  } else {
+    plan.workspace_bytes = mla_decode_workspace_bytes(shape, plan.num_splits);
+  }
   const Arch arch = ops::device_arch(info);
   ops::mla_main_kernel(plan.config, arch).prepare_current_device();
-  if (plan.num_splits > 1)
+  if (plan.balanced || plan.num_splits > 1)
     ops::mla_combine_kernel({plan.config.dtype, plan.config.num_heads}, arch)
         .prepare_current_device();
+  if (plan.balanced) ops::mla_balance_kernel({plan.config.block_n}, arch).prepare_current_device();
   return plan;
 }
 
 void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
                          Workspace workspace, CUstream stream) {
-  // The static split reads no device-resident value ahead of the run: nothing to enqueue.
   // The checks keep a call that would fail in the run from passing here.
-  (void)stream;
   const mla_detail::Sizes s = mla_detail::check_args(args, plan.config);
   mla_detail::check_matches_plan(s, plan);
-  ops::check_workspace(workspace, mla_decode_workspace_bytes(plan.shape, plan.num_splits),
-                       "mla_decode_plan");
+  ops::check_workspace(workspace, plan_workspace_bytes(plan), "mla_decode_plan");
+  // A static split reads no device-resident value ahead of the run: nothing to enqueue.
+  if (!plan.balanced || s.b == 0) return;
+  const dev::BalancedWorkspace w = balanced_layout(plan.shape, plan.sm_slots);
+  auto* base = static_cast<unsigned char*>(workspace.data);
+  dev::BalanceArgs ba{i32_ptr(args.cache_lens),
+                      reinterpret_cast<int*>(base + w.scratch),
+                      reinterpret_cast<dev::WorkItem*>(base + w.items),
+                      reinterpret_cast<dev::SplitSeq*>(base + w.split_seqs),
+                      reinterpret_cast<dev::WorkCounts*>(base + w.counts),
+                      static_cast<int>(s.b),
+                      static_cast<int>(s.max_pages * plan.config.page_size),
+                      plan.sm_slots,
+                      static_cast<int>(plan.sm_slots + s.b)};
+  jit::LaunchShape shape;
+  shape.block[0] = dev::kBalanceThreads;
+  void* kargs[] = {&ba};
+  ops::mla_balance_kernel({plan.config.block_n}, current_arch()).launch(shape, stream, kargs);
 }
 
 void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace workspace,
@@ -100,8 +133,7 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   const mla_detail::Sizes s = mla_detail::check_args(a, c);
   mla_detail::check_matches_plan(s, plan);
   const int splits = plan.num_splits;
-  ops::check_workspace(workspace, mla_decode_workspace_bytes(plan.shape, splits),
-                       "mla_decode_plan");
+  ops::check_workspace(workspace, plan_workspace_bytes(plan), "mla_decode_plan");
   if (s.b == 0 || s.total_q == 0) return;  // no query rows: nothing to write
 
   // Tensor maps: q as [total_q·h, 576] and the page pool as [pages·page_size, 576], both
@@ -129,15 +161,26 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
                               static_cast<int>(device)));
   const Arch arch = current_arch();
   const jit::Kernel& main = ops::mla_main_kernel(c, arch);
-  const jit::Kernel* combine =
-      splits > 1 ? &ops::mla_combine_kernel({c.dtype, c.num_heads}, arch) : nullptr;
+  const jit::Kernel* combine = plan.balanced || splits > 1
+                                   ? &ops::mla_combine_kernel({c.dtype, c.num_heads}, arch)
+                                   : nullptr;
 
   if (check_mode()) mla_detail::device_check(a, c, s, arch, stream);
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
   const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
-  const size_t part_rows = static_cast<size_t>(s.b * splits * s.q_len * s.h);
-  float* part_out = splits > 1 ? static_cast<float*>(workspace.data) : nullptr;
-  float* part_lse = splits > 1 ? part_out + part_rows * kMlaValueDim : nullptr;
+  // The partials: [slots, q_len·h, 512] f32, then their lse (static: b·splits slots).
+  auto* base = static_cast<unsigned char*>(workspace.data);
+  const dev::BalancedWorkspace bw =
+      plan.balanced ? balanced_layout(plan.shape, plan.sm_slots) : dev::BalancedWorkspace{};
+  float* part_out = combine ? reinterpret_cast<float*>(base) : nullptr;
+  float* part_lse = nullptr;
+  if (plan.balanced)
+    part_lse = reinterpret_cast<float*>(base + bw.part_lse);
+  else if (combine)
+    part_lse = part_out + static_cast<size_t>(s.b * splits * s.q_len * s.h) * kMlaValueDim;
+  const auto* items = plan.balanced ? reinterpret_cast<const dev::WorkItem*>(base + bw.items) : nullptr;
+  const auto* counts =
+      plan.balanced ? reinterpret_cast<const dev::WorkCounts*>(base + bw.counts) : nullptr;
   const dev::QRows q_rows{s.ragged ? i32_ptr(a.q_offsets) : nullptr, static_cast<int>(s.q_len),
                           static_cast<int>(s.total_q)};
   dev::Args ka{i32_ptr(a.block_table),
@@ -149,22 +192,41 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
                q_rows,
                static_cast<int>(s.max_pages),
                splits,
-               a.softmax_scale * kLog2e};
+               a.softmax_scale * kLog2e,
+               items,
+               counts};
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
-  shape.grid[1] = static_cast<unsigned>(splits);
-  shape.grid[2] = static_cast<unsigned>(s.b);
+  if (plan.balanced) {  // the plan's bound on pieces; the schedule says how many are real
+    shape.grid[1] = static_cast<unsigned>(plan.sm_slots + s.b);
+  } else {
+    shape.grid[1] = static_cast<unsigned>(splits);
+    shape.grid[2] = static_cast<unsigned>(s.b);
+  }
   shape.block[0] = static_cast<unsigned>(ops::mla_threads(c));
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&kv_map), &ka};
   main.launch(shape, stream, main_args);
   if (combine == nullptr) return;
 
-  dev::CombineArgs ca{part_out, part_lse, a.out.data, static_cast<float*>(a.lse.data), q_rows,
-                      splits};
+  dev::CombineArgs ca{part_out,
+                      part_lse,
+                      a.out.data,
+                      static_cast<float*>(a.lse.data),
+                      q_rows,
+                      splits,
+                      0,
+                      plan.balanced ? reinterpret_cast<const dev::SplitSeq*>(base + bw.split_seqs)
+                                    : nullptr,
+                      counts};
   jit::LaunchShape cshape;
-  cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
-  cshape.grid[1] = static_cast<unsigned>(s.b);
+  if (plan.balanced) {  // the bound on cut sequences, rows strided over kCombineRowBlocks
+    cshape.grid[0] = static_cast<unsigned>(std::min<int64_t>(s.q_len * s.h, dev::kCombineRowBlocks));
+    cshape.grid[1] = static_cast<unsigned>(plan.sm_slots);
+  } else {
+    cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
+    cshape.grid[1] = static_cast<unsigned>(s.b);
+  }
   cshape.block[0] = dev::kCombineThreads;
   cshape.programmatic_dependent_launch = true;  // its prologue overlaps the main kernel's tail
   void* combine_args[] = {&ca};

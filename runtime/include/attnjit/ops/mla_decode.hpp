@@ -91,8 +91,9 @@ struct MlaDecodeShape {
   bool ragged = false;   // q [total_q, h, 576] with q_offsets
   int max_len = 0;       // bound on every cache_lens entry; 0: max_pages × page_size. Only
                          // the split choice reads it (a tighter bound, fewer idle splits)
-  int num_splits = 0;    // split-KV partitions, 1..256; 0: the tuning database's for the
-                         // shapes' bucket, else the heuristic's
+  int num_splits = 0;    // a static split: every sequence's keys in this many partitions,
+                         // 1..256. 0: the tuning database's count for the shapes' bucket
+                         // when it has one, else the balanced schedule (mla_decode_schedule)
 };
 
 // The host-visible shape of `args` (bounds left 0: chosen by the plan). Throws
@@ -101,10 +102,21 @@ struct MlaDecodeShape {
 MlaDecodeShape mla_decode_shape(const MlaDecodeArgs& args);
 
 // Computed once per captured batch shape and reused by every layer and step of it.
+//
+// Two ways to spread a batch over the SMs:
+//   static split  every sequence's keys in num_splits equal partitions (1: no combine).
+//                 Right for uniform lengths; with mixed lengths the long sequences' CTAs
+//                 finish last while SMs idle.
+//   balanced      mla_decode_schedule reads the lengths on the GPU once per step and cuts
+//                 the batch's KV tiles into pieces of about equal size, listed longest
+//                 first; a sequence in one piece is written directly, a cut one goes through
+//                 the combine. The grid is fixed by the plan (sm_slots + batch pieces).
 struct MlaDecodePlan {
   MlaDecodeShape shape;        // as given (num_splits 0 kept: the plan's own is below)
   MlaDecodeConfig config;      // the kernel that runs
-  int num_splits = 1;          // partitions of each sequence's keys (1: no combine kernel)
+  bool balanced = false;       // the balanced schedule (then num_splits is 0)
+  int num_splits = 1;          // static split: partitions of each sequence's keys
+  int sm_slots = 0;            // balanced: pieces the GPU runs at once (SMs / row tiles)
   size_t workspace_bytes = 0;  // caller-owned scratch the run needs (0: none)
 };
 
@@ -119,12 +131,16 @@ MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig
 // The config mla_decode_plan picks for `shape` without one (host only: no device needed).
 MlaDecodeConfig mla_decode_selected_config(const MlaDecodeShape& shape);
 
-// Workspace bytes of a plan (0 when unsplit); host only.
+// Workspace bytes of a static split (0 when unsplit), and of a balanced plan (partials of
+// the pieces it may cut, and the schedule); host only.
 size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits);
+size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots);
 
 // Per step, before the step's runs: device work that depends on device-resident lengths.
-// mla_decode's static split needs none (this enqueues nothing); the balanced schedule of
-// mixed lengths will write its work list into the workspace here. Graph-capturable.
+// Balanced plans: one small kernel writes the step's work list into the workspace, read by
+// every layer's run until the next schedule (lengths must not change in between). A static
+// split needs none (this enqueues nothing). Graph-capturable: a replay reads the lengths
+// the buffers hold then.
 void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args, Workspace workspace,
                          CUstream stream);
 
