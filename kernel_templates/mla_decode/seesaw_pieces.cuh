@@ -139,13 +139,13 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args
     tma_load_2d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kBoxCols, q_row);
 }
 
-// Chunks [kC0, kC1) of KV tile `tile` into buffer `buf`, chunk by chunk (each completes
-// its own barrier), page pieces from the block table.
+// Chunks [kC0, kC1) of KV tile `tile` of sequence `batch` into buffer `buf`, chunk by chunk
+// (each completes its own barrier), page pieces from the block table.
 template <auto P, int kC0, int kC1>
 ATTNJIT_DEVICE void load_kv_part(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
-                                 int tile, int buf) {
+                                 int batch, int tile, int buf) {
   using T = Traits<P>;
-  const int* table = a.block_table + static_cast<i64>(blockIdx.z) * a.max_pages;
+  const int* table = a.block_table + static_cast<i64>(batch) * a.max_pages;
   int row[T::kPiecesPerTile];  // first cache row of each page piece of the tile
 #pragma unroll
   for (int piece = 0; piece < T::kPiecesPerTile; ++piece) {
@@ -169,14 +169,14 @@ ATTNJIT_DEVICE void load_kv_part(SharedStorage<P>& s, const TmaDesc& kv_map, con
 
 template <auto P>
 ATTNJIT_DEVICE void load_kv_lo(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
-                               int tile, int buf) {
-  load_kv_part<P, 0, Traits<P>::kLoChunks>(s, kv_map, a, tile, buf);
+                               int batch, int tile, int buf) {
+  load_kv_part<P, 0, Traits<P>::kLoChunks>(s, kv_map, a, batch, tile, buf);
 }
 template <auto P>
 ATTNJIT_DEVICE void load_kv_hi(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
-                               int tile, int buf) {
+                               int batch, int tile, int buf) {
   using T = Traits<P>;
-  load_kv_part<P, T::kLoChunks, T::kChunks>(s, kv_map, a, tile, buf);
+  load_kv_part<P, T::kLoChunks, T::kChunks>(s, kv_map, a, batch, tile, buf);
 }
 
 // ---- GEMMs ------------------------------------------------------------------------------

@@ -110,14 +110,14 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args
     tma_load_2d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kBoxCols, q_row);
 }
 
-// KV tile `tile` (the i-th of this CTA) into stage i % stages: 9 column boxes per page
-// piece, page from the block table.
+// KV tile `tile` (the i-th of this CTA) of sequence `batch` into stage i % stages: 9 column
+// boxes per page piece, page from the block table.
 template <auto P>
-ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a, int tile,
-                            int i) {
+ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a, int batch,
+                            int tile, int i) {
   using T = Traits<P>;
   const int st = i % P.stages;
-  const int* table = a.block_table + static_cast<i64>(blockIdx.z) * a.max_pages;
+  const int* table = a.block_table + static_cast<i64>(batch) * a.max_pages;
   mbarrier_arrive_expect_tx(&s.kv_full[st], T::kTileBytes);
 #pragma unroll
   for (int piece = 0; piece < T::kPiecesPerTile; ++piece) {
@@ -286,7 +286,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     // Tile i-1's stage is free now (its K was read by S long ago, its V by P·V): refill it
     // with the tile `stages` after it.
     if (tid == 0 && i >= 1 && tile - 1 + P.stages < t.tile_end)
-      load_kv<P>(s, kv_map, a, tile - 1 + P.stages, i - 1 + P.stages);
+      load_kv<P>(s, kv_map, a, t.batch, tile - 1 + P.stages, i - 1 + P.stages);
 #pragma unroll
     for (int i2 = 0; i2 < P.block_n / 2; i2 += 2) {
       const WgmmaCoord c = wgmma_acc_coord(tid, i2);
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {  // Q and the first stages
     load_q<P>(s, q_map, args, t);
     for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)
-      load_kv<P>(s, kv_map, args, t.tile_begin + i, i);
+      load_kv<P>(s, kv_map, args, t.batch, t.tile_begin + i, i);
   }
   if (wg == 0) {
     softmax_warpgroup<P>(s, kv_map, args, t);

@@ -123,7 +123,7 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
       scale_odd[0] = ld_shared_f32(w.base + O::kScaleOdd + 4 * row[0]);
       scale_odd[1] = ld_shared_f32(w.base + O::kScaleOdd + 4 * row[1]);
     }
-    if (tid == 0 && even + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, even + 2, 0);
+    if (tid == 0 && even + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, w.tile.batch, even + 2, 0);
     store_p<P>(sc, scale_odd, w.base + O::kPEven);
     named_barrier_arrive(Bar::kPEvenReady, kBothWarpgroups);
     if (!has_odd) break;
@@ -144,7 +144,7 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
     if (even + 2 < tile_end) {
       const u32 phase = s_even(pair + 1);
       wgmma_wait<1>();
-      if (tid == 0 && odd + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, odd + 2, 1);
+      if (tid == 0 && odd + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, w.tile.batch, odd + 2, 1);
       issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope,
                                                    s.kv_full[0], phase);
       wgmma_commit();
@@ -244,11 +244,11 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
     // 4. Refill the hi halves as their P·V retire: odd buffer first, then even.
     if (has_odd) {
       wgmma_wait<1>();
-      if (tid == 0 && odd + 2 < tile_end) load_kv_hi<P>(s, kv_map, a, odd + 2, 1);
+      if (tid == 0 && odd + 2 < tile_end) load_kv_hi<P>(s, kv_map, a, w.tile.batch, odd + 2, 1);
     }
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    if (tid == 0 && even + 2 < tile_end) load_kv_hi<P>(s, kv_map, a, even + 2, 0);
+    if (tid == 0 && even + 2 < tile_end) load_kv_hi<P>(s, kv_map, a, w.tile.batch, even + 2, 0);
 
     // 5. S of the next odd tile.
     if (odd + 2 < tile_end) s_odd(pair + 1);
@@ -293,11 +293,11 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   if (t.tile_begin < t.tile_end) {
     if (threadIdx.x == 0) {  // Q and both buffers of the first pair
       load_q<P>(s, q_map, args, t);
-      load_kv_lo<P>(s, kv_map, args, t.tile_begin, 0);
-      load_kv_hi<P>(s, kv_map, args, t.tile_begin, 0);
+      load_kv_lo<P>(s, kv_map, args, t.batch, t.tile_begin, 0);
+      load_kv_hi<P>(s, kv_map, args, t.batch, t.tile_begin, 0);
       if (t.tile_begin + 1 < t.tile_end) {
-        load_kv_hi<P>(s, kv_map, args, t.tile_begin + 1, 1);
-        load_kv_lo<P>(s, kv_map, args, t.tile_begin + 1, 1);
+        load_kv_hi<P>(s, kv_map, args, t.batch, t.tile_begin + 1, 1);
+        load_kv_lo<P>(s, kv_map, args, t.batch, t.tile_begin + 1, 1);
       }
     }
     Walk w;
