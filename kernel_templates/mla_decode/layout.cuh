@@ -73,11 +73,13 @@ ATTNJIT_PLAN unsigned smem_bytes(int elem_bytes, int block_m, int block_n, int s
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 
-// mla_decode_combine: kCombineThreads threads, 4 columns (one float4) per thread; grid
-// (row blocks, sequences): static, (q_len·h, b); balanced, (kCombineRowBlocks, the plan's
-// bound on cut sequences), each CTA taking rows blockIdx.x, + gridDim.x, ...
+// mla_decode_combine: kCombineThreads threads, 4 columns (one float4) per thread. Static
+// split: grid (q_len·h, b). Balanced: a 1-D grid of min(cut bound × q_len·h, kCombineCtasPerSm
+// × SMs) CTAs striding over (cut sequence, row) pairs.
 inline constexpr int kCombineThreads = kValueDim / 4;
-inline constexpr int kCombineRowBlocks = 16;
+inline constexpr int kCombineCtasPerSm = 8;
+inline constexpr int kMaxCombineParts = 512;  // partials per row: static ≤ 256 splits,
+                                              // balanced < 2 · SM slots
 struct CombineArgs {
   const float* part_out;  // [slots, q_len·h, 512] f32 (q_len = the bound when ragged)
   const float* part_lse;  // [slots, q_len·h]

@@ -39,9 +39,11 @@ int static_splits(const MlaDecodeShape& s) {
 int64_t row_tiles(int64_t q_len, int64_t num_heads) { return (q_len * num_heads + 63) / 64; }
 
 // Pieces the GPU runs at once: one CTA per SM (224 KiB of shared memory each), a piece being
-// one CTA per 64-row tile of its sequence's q_len·h rows.
+// one CTA per 64-row tile of its sequence's q_len·h rows. A cut sequence has fewer than
+// 2 × slots partials, which the combine merges in shared memory (kMaxCombineParts).
 int sm_slots(const MlaDecodeShape& s, int sm_count) {
-  return static_cast<int>(std::max<int64_t>(1, sm_count / row_tiles(s.q_len, s.num_heads)));
+  const int64_t slots = std::max<int64_t>(1, sm_count / row_tiles(s.q_len, s.num_heads));
+  return static_cast<int>(std::min<int64_t>(slots, dev::kMaxCombineParts / 2));
 }
 
 dev::BalancedWorkspace balanced_layout(const MlaDecodeShape& s, int slots) {
@@ -220,9 +222,10 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
                                     : nullptr,
                       counts};
   jit::LaunchShape cshape;
-  if (plan.balanced) {  // the bound on cut sequences, rows strided over kCombineRowBlocks
-    cshape.grid[0] = static_cast<unsigned>(std::min<int64_t>(s.q_len * s.h, dev::kCombineRowBlocks));
-    cshape.grid[1] = static_cast<unsigned>(plan.sm_slots);
+  if (plan.balanced) {  // (cut sequence, row) pairs: at most sm_slots × q_len·h of them
+    const int64_t sms = driver::cached_device_info(device).sm_count;
+    cshape.grid[0] = static_cast<unsigned>(
+        std::min<int64_t>(int64_t{plan.sm_slots} * s.q_len * s.h, dev::kCombineCtasPerSm * sms));
   } else {
     cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
     cshape.grid[1] = static_cast<unsigned>(s.b);
