@@ -2,7 +2,8 @@
 // mla_decode_balance: the balanced schedule of one decode step (mla_decode_schedule), built
 // from the lengths on the GPU, never read back. One CTA of kBalanceThreads threads:
 //   1. tiles_i = ⌈clamp(L_i, 0, capacity) / block_n⌉; total = Σ tiles_i
-//   2. C = max(kMinPieceTiles, ⌈1.1 · total / slots⌉); sequence i is cut into
+//   2. C = max(kMinPieceTiles, ⌈1.1 · total / slots⌉), or the plan's fixed C (batch-invariant:
+//      a sequence's pieces then depend on its own length only); sequence i is cut into
 //      n_i = max(1, ⌈tiles_i / C⌉) pieces of ⌈tiles_i / n_i⌉ tiles or one fewer
 //   3. the pieces are listed by size, longest first (ties: lower sequence first), a
 //      sequence's pieces side by side: the main kernel's CTAs are dispatched in that order,
@@ -10,9 +11,8 @@
 //   4. cut sequences (n_i > 1) get partial slots in sequence order and a SplitSeq record
 // Step 3 ranks every sequence against every other: O(b²/kBalanceThreads) per thread, a few
 // microseconds up to b = 1024, once per step (every layer reuses the schedule).
-// The bounds in layout.cuh (items < slots + b, slots < 2·slots_per_plan, cut < slots) hold
-// for any lengths; the stores are guarded all the same, so the kernel never writes past the
-// workspace the plan sized.
+// The bounds in layout.cuh (BalanceBounds) hold for any lengths; the stores are guarded all
+// the same, so the kernel never writes past the workspace the plan sized.
 #include "common/arch.cuh"
 #include "common/types.cuh"
 #include "mla_decode/layout.cuh"
@@ -64,7 +64,9 @@ __global__ void __launch_bounds__(kBalanceThreads) balance_kernel(const BalanceA
   // (both are called subroutines, whose register saves ptxas counts as spills); the bounds
   // hold with room to spare for its rounding.
   const float share = ceilf(__fdividef(1.1f * static_cast<float>(total), static_cast<float>(a.slots)));
-  const int cap = static_cast<int>(fmaxf(fminf(share, 1.0e9f), static_cast<float>(kMinPieceTiles)));
+  const int cap = a.fixed_cap > 0  // batch-invariant: a sequence's pieces depend on its length only
+                      ? a.fixed_cap
+                      : static_cast<int>(fmaxf(fminf(share, 1.0e9f), static_cast<float>(kMinPieceTiles)));
   long long my_items = 0, my_cut = 0;
   for (int i = tid; i < b; i += kBalanceThreads) {
     const int n = max(1, ceil_div(tiles[i], cap));
@@ -107,17 +109,17 @@ __global__ void __launch_bounds__(kBalanceThreads) balance_kernel(const BalanceA
       const long long item = first_item + k;
       if (item >= a.max_items) break;  // unreachable (layout.cuh's bound); keeps the stores in
                                        // the workspace whatever happens
-      const int slot = cut && first_slot + n_i <= 2LL * a.slots ? static_cast<int>(first_slot + k) : -1;
+      const int slot = cut && first_slot + n_i <= a.max_slots ? static_cast<int>(first_slot + k) : -1;
       // One 16-byte store per WorkItem {batch, tile_begin, tile_end, slot}.
       reinterpret_cast<int4*>(a.items)[item] = make_int4(i, piece_begin(tiles[i], n_i, k),
                                                          piece_begin(tiles[i], n_i, k + 1), slot);
     }
-    if (cut && cut_index < a.slots && first_slot + n_i <= 2LL * a.slots)  // SplitSeq
+    if (cut && cut_index < a.max_cuts && first_slot + n_i <= a.max_slots)  // SplitSeq
       reinterpret_cast<int4*>(a.split_seqs)[cut_index] = make_int4(i, static_cast<int>(first_slot), n_i, 0);
   }
   if (tid == 0) {
     a.counts->items = static_cast<int>(min(num_items, static_cast<long long>(a.max_items)));
-    a.counts->split_seqs = static_cast<int>(min(num_cut, static_cast<long long>(a.slots)));
+    a.counts->split_seqs = static_cast<int>(min(num_cut, static_cast<long long>(a.max_cuts)));
   }
 }
 

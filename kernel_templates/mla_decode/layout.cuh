@@ -79,7 +79,8 @@ ATTNJIT_PLAN unsigned smem_bytes(int elem_bytes, int block_m, int block_n, int s
 inline constexpr int kCombineThreads = kValueDim / 4;
 inline constexpr int kCombineCtasPerSm = 8;
 inline constexpr int kMaxCombineParts = 512;  // partials per row: static ≤ 256 splits,
-                                              // balanced < 2 · SM slots
+                                              // balanced < 2 · SM slots, or the
+                                              // invariant split's pieces per sequence
 struct CombineArgs {
   const float* part_out;  // [slots, q_len·h, 512] f32 (q_len = the bound when ragged)
   const float* part_lse;  // [slots, q_len·h]
@@ -100,13 +101,28 @@ struct BalanceArgs {
   const int* cache_lens;  // [b]
   int* scratch;           // [2·b]: each sequence's tiles, then its pieces
   WorkItem* items;        // [max_items]
-  SplitSeq* split_seqs;   // [slots]
+  SplitSeq* split_seqs;   // [max_cuts]
   WorkCounts* counts;
   int batch;
   int capacity;           // max_pages · page_size: lengths are clamped to it, as in the run
   int slots;              // SM slots one piece can fill: SMs / row tiles per piece
-  int max_items;          // slots + b
+  int fixed_cap;          // > 0: the piece size in tiles (batch-invariant); 0: from the batch
+  int max_items, max_slots, max_cuts;  // BalanceBounds: the stores stay within them
+  int pad;
 };
+
+// What a balanced plan's workspace must hold. From the batch's shares (fixed_cap 0), by
+// the bounds at the top of this section; with a fixed piece size C, each sequence has at
+// most ⌈capacity tiles / C⌉ pieces.
+struct BalanceBounds {
+  long long items, slots, cuts;
+};
+ATTNJIT_PLAN BalanceBounds balance_bounds(long long batch, long long sm_slots, long long fixed_cap,
+                                          long long capacity_tiles) {
+  if (fixed_cap <= 0) return {sm_slots + batch, 2 * sm_slots, sm_slots};
+  const long long pieces = capacity_tiles > fixed_cap ? (capacity_tiles + fixed_cap - 1) / fixed_cap : 1;
+  return {batch * pieces, pieces > 1 ? batch * pieces : 1, batch};
+}
 
 // The workspace of a balanced plan, in bytes from its start: the partials (as many slots as
 // a schedule can cut), their lse, then the schedule. 256-byte aligned regions.
@@ -114,14 +130,14 @@ struct BalancedWorkspace {
   unsigned long long part_out, part_lse, items, split_seqs, counts, scratch, total;
 };
 ATTNJIT_PLAN unsigned long long align256(unsigned long long x) { return (x + 255) / 256 * 256; }
-ATTNJIT_PLAN BalancedWorkspace balanced_workspace(long long batch, long long part_rows, long long slots) {
+ATTNJIT_PLAN BalancedWorkspace balanced_workspace(long long batch, long long part_rows,
+                                                  const BalanceBounds& bound) {
   BalancedWorkspace w{};
-  const long long max_slots = 2 * slots;
   w.part_out = 0;
-  w.part_lse = align256(w.part_out + 4ull * max_slots * part_rows * kValueDim);
-  w.items = align256(w.part_lse + 4ull * max_slots * part_rows);
-  w.split_seqs = align256(w.items + 16ull * (slots + batch));
-  w.counts = align256(w.split_seqs + 16ull * slots);
+  w.part_lse = align256(w.part_out + 4ull * bound.slots * part_rows * kValueDim);
+  w.items = align256(w.part_lse + 4ull * bound.slots * part_rows);
+  w.split_seqs = align256(w.items + 16ull * bound.items);
+  w.counts = align256(w.split_seqs + 16ull * bound.cuts);
   w.scratch = align256(w.counts + 16);
   w.total = align256(w.scratch + 8ull * batch);
   return w;
@@ -155,8 +171,9 @@ static_assert(sizeof(CombineArgs) == 72 && ATTNJIT_OFFSET_IS(CombineArgs, num_sp
                   ATTNJIT_OFFSET_IS(CombineArgs, split_seqs, 56) &&
                   ATTNJIT_OFFSET_IS(CombineArgs, counts, 64),
               "mla_decode::CombineArgs layout");
-static_assert(sizeof(BalanceArgs) == 56 && ATTNJIT_OFFSET_IS(BalanceArgs, batch, 40) &&
-                  ATTNJIT_OFFSET_IS(BalanceArgs, max_items, 52),
+static_assert(sizeof(BalanceArgs) == 72 && ATTNJIT_OFFSET_IS(BalanceArgs, batch, 40) &&
+                  ATTNJIT_OFFSET_IS(BalanceArgs, fixed_cap, 52) &&
+                  ATTNJIT_OFFSET_IS(BalanceArgs, max_cuts, 64),
               "mla_decode::BalanceArgs layout");
 static_assert(sizeof(CheckArgs) == 48 && ATTNJIT_OFFSET_IS(CheckArgs, max_q_len, 44),
               "mla_decode::CheckArgs layout");

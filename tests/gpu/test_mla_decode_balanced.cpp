@@ -1,6 +1,7 @@
 // mla_decode's balanced schedule: the work list the schedule kernel writes (every KV tile
 // of every sequence exactly once, pieces within the bound, longest first, the layout's
-// bounds kept), and the outputs on mixed-length batches against float64 and a static split.
+// bounds kept), the outputs on mixed-length batches against float64 and a static split, and
+// the batch-invariant option (invariant_tiles): a request's bits in any batch.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -71,8 +72,8 @@ void check_schedule(const std::vector<int32_t>& lengths, int heads, int q_len, i
   INFO(fmt::format("b {} h {} q_len {} max_pages {}", b, heads, q_len, max_pages));
   ScheduleCall call(lengths, heads, q_len, max_pages);
   const int slots = call.plan.sm_slots;
-  const dev::BalancedWorkspace w =
-      dev::balanced_workspace(b, int64_t{q_len} * heads, slots);
+  const dev::BalancedWorkspace w = dev::balanced_workspace(
+      b, int64_t{q_len} * heads, dev::balance_bounds(b, slots, 0, (max_pages * 64 + 63) / 64));
   const dev::WorkCounts counts = call.read<dev::WorkCounts>(w.counts, 1)[0];
   const auto items = call.read<dev::WorkItem>(w.items, static_cast<size_t>(std::max(counts.items, 0)));
   const auto cuts = call.read<dev::SplitSeq>(w.split_seqs, static_cast<size_t>(std::max(counts.split_seqs, 0)));
@@ -173,7 +174,8 @@ TEST_CASE("mla_decode's balanced schedule covers every tile once, within its bou
 }
 
 // The outputs: float64 on sampled rows (edge rows included), and the same answer as a
-// static split of one partition to rounding; two balanced runs agree bit for bit.
+// static split of one partition to rounding; two balanced runs agree bit for bit; the
+// batch-invariant pieces against float64 too.
 TEST_CASE("mla_decode's balanced schedule matches float64 and a static split on mixed lengths",
           "[gpu][mla_decode][balanced]") {
   if (!test::gpu_or_skip()) return;
@@ -209,5 +211,143 @@ TEST_CASE("mla_decode's balanced schedule matches float64 and a static split on 
     const std::string diff = p->compare(first, p->output_bytes());
     INFO(diff);
     CHECK(diff.empty());
+
+    // Batch-invariant pieces of 4 tiles: float64 again (every sequence of 256+ keys is cut).
+    const json invariant = {{"invariant_tiles", 4}};
+    const harness::Prepared fixed = p->prepare(&invariant);
+    CHECK(fixed.num_splits == 0);
+    p->poison_output();
+    fixed.run(0);
+    const harness::Verdict vi = p->check(64);
+    fmt::print("mla_decode invariant_tiles 4 [{}]: {}\n", p->describe(), vi.summary);
+    INFO(vi.summary);
+    CHECK(vi.passed);
   }
+}
+
+namespace {
+
+// Requests that share one page pool, each with its own pages and queries, so the same
+// request can be put in different batches (other requests, positions and table widths).
+struct RequestPool {
+  static constexpr int kPage = 64, kHeads = 16, kQLen = 2;
+  std::vector<int32_t> lens;
+  std::vector<std::vector<int32_t>> pages;  // per request
+  std::vector<uint16_t> q;                  // [requests, q_len, h, 576] bf16 bits
+  test::DeviceBuffer pool;
+
+  explicit RequestPool(std::vector<int32_t> lengths) : lens(std::move(lengths)) {
+    int next = 0;
+    for (int32_t len : lens) {
+      std::vector<int32_t> p(static_cast<size_t>(std::max(1, (len + kPage - 1) / kPage)));
+      for (auto& x : p) x = next++;
+      pages.push_back(std::move(p));
+    }
+    std::normal_distribution<float> n(0.f, 1.f);
+    // Rows past a request's length hold NaN: they must not reach any output.
+    std::vector<uint16_t> rows(static_cast<size_t>(next) * kPage * kMlaHeadDim, 0xFFFF);
+    for (size_t r = 0; r < lens.size(); ++r)
+      for (int t = 0; t < lens[r]; ++t) {
+        const size_t row = static_cast<size_t>(pages[r][static_cast<size_t>(t / kPage)]) * kPage + t % kPage;
+        for (int d = 0; d < kMlaHeadDim; ++d) rows[row * kMlaHeadDim + d] = test::float_to_bf16(n(test::rng()));
+      }
+    pool = test::DeviceBuffer(rows.size() * 2);
+    pool.upload(rows);
+    q.resize(lens.size() * kQLen * kHeads * kMlaHeadDim);
+    for (auto& x : q) x = test::float_to_bf16(n(test::rng()));
+  }
+
+  // One batch of `members` (request indices), block tables `max_pages` wide; each
+  // member's out [q_len, h, 512] bf16 then lse [h, q_len] f32, as bytes.
+  std::vector<std::vector<uint8_t>> run(const std::vector<int>& members, int max_pages,
+                                        int invariant_tiles) const {
+    const int b = static_cast<int>(members.size());
+    const size_t q_row = size_t{kQLen} * kHeads * kMlaHeadDim, out_row = size_t{kQLen} * kHeads * kMlaValueDim,
+                 lse_row = size_t{kQLen} * kHeads;
+    std::vector<uint16_t> qb;
+    std::vector<int32_t> table(static_cast<size_t>(b) * max_pages, 0), blens;
+    for (int i = 0; i < b; ++i) {
+      const size_t r = static_cast<size_t>(members[static_cast<size_t>(i)]);
+      qb.insert(qb.end(), q.begin() + static_cast<std::ptrdiff_t>(r * q_row),
+                q.begin() + static_cast<std::ptrdiff_t>((r + 1) * q_row));
+      REQUIRE(pages[r].size() <= static_cast<size_t>(max_pages));
+      std::copy(pages[r].begin(), pages[r].end(), table.begin() + static_cast<std::ptrdiff_t>(i) * max_pages);
+      blens.push_back(lens[r]);
+    }
+    test::DeviceBuffer qd(qb.size() * 2), td(table.size() * 4), ld(blens.size() * 4),
+        od(b * out_row * 2), sd(b * lse_row * 4);
+    qd.upload(qb);
+    td.upload(table);
+    ld.upload(blens);
+    od.fill_byte(0xFF);
+    sd.fill_byte(0xFF);
+    MlaDecodeArgs a;
+    a.q = TensorView::contiguous(qd.data(), DType::kBF16, {b, kQLen, kHeads, kMlaHeadDim});
+    const int pool_pages = static_cast<int>(pool.bytes() / (2 * kPage * kMlaHeadDim));
+    a.kv_cache = TensorView::contiguous(pool.data(), DType::kBF16, {pool_pages, kPage, kMlaHeadDim});
+    a.block_table = TensorView::contiguous(td.data(), DType::kI32, {b, max_pages});
+    a.cache_lens = TensorView::contiguous(ld.data(), DType::kI32, {b});
+    a.out = TensorView::contiguous(od.data(), DType::kBF16, {b, kQLen, kHeads, kMlaValueDim});
+    a.lse = TensorView::contiguous(sd.data(), DType::kF32, {b, kHeads, kQLen});
+    a.softmax_scale = 0.0721f;
+    const MlaDecodeShape shape = mla_decode_shape(a);
+    MlaDecodeConfig config = mla_decode_selected_config(shape);
+    config.invariant_tiles = invariant_tiles;
+    const MlaDecodePlan plan = mla_decode_plan(shape, &config);
+    REQUIRE(plan.balanced);
+    test::DeviceBuffer ws(std::max<size_t>(plan.workspace_bytes, 1));
+    ws.fill_byte(0xFF);
+    const Workspace w{ws.data(), plan.workspace_bytes};
+    mla_decode_schedule(plan, a, w, nullptr);
+    mla_decode(a, plan, w, nullptr);
+    test::synchronize();
+    const auto out = od.download_as<uint8_t>(od.bytes());
+    const auto lse = sd.download_as<uint8_t>(sd.bytes());
+    std::vector<std::vector<uint8_t>> per(static_cast<size_t>(b));
+    for (size_t i = 0; i < per.size(); ++i) {
+      per[i].assign(out.begin() + static_cast<std::ptrdiff_t>(i * out_row * 2),
+                    out.begin() + static_cast<std::ptrdiff_t>((i + 1) * out_row * 2));
+      per[i].insert(per[i].end(), lse.begin() + static_cast<std::ptrdiff_t>(i * lse_row * 4),
+                    lse.begin() + static_cast<std::ptrdiff_t>((i + 1) * lse_row * 4));
+      for (size_t k = 0; k + 1 < out_row * 2; k += 2)  // written, and no NaN leaked
+        if (per[i][k + 1] == 0xFF && per[i][k] == 0xFF) FAIL("request row left poisoned or NaN");
+    }
+    return per;
+  }
+};
+
+}  // namespace
+
+// With invariant_tiles set, a request's pieces depend on its own length only, so its output
+// bits are the same alone, in one batch and in another (other requests beside it, another
+// order, a wider block table). Without it the balanced shares follow the batch's total, and
+// the same comparison shows different bits: the test can tell the two apart.
+TEST_CASE("mla_decode with invariant_tiles gives a request the same bits in any batch",
+          "[gpu][mla_decode][balanced]") {
+  if (!test::gpu_or_skip()) return;
+  // Requests 0..8 are compared; 9..12 only change the batch around them.
+  const RequestPool pool({0, 1, 2, 63, 65, 700, 4097, 20000, 9000, 60000, 3000, 3000, 31000});
+  const int compared = 9;
+  std::vector<int> batch_a(static_cast<size_t>(compared));
+  std::iota(batch_a.begin(), batch_a.end(), 0);
+  const std::vector<int> batch_b = {12, 8, 9, 7, 6, 10, 5, 4, 3, 11, 2, 1, 0};
+  auto position = [](const std::vector<int>& batch, int r) {
+    return static_cast<size_t>(std::find(batch.begin(), batch.end(), r) - batch.begin());
+  };
+  for (int tiles : {8, 32}) {
+    INFO("invariant_tiles " << tiles);
+    const auto a = pool.run(batch_a, 320, tiles);
+    const auto b = pool.run(batch_b, 1000, tiles);
+    for (int r = 0; r < compared; ++r) {
+      INFO("request " << r << " of length " << pool.lens[static_cast<size_t>(r)]);
+      CHECK(a[position(batch_a, r)] == b[position(batch_b, r)]);
+      const int own_pages = static_cast<int>(pool.pages[static_cast<size_t>(r)].size());
+      CHECK(pool.run({r}, own_pages, tiles)[0] == a[position(batch_a, r)]);
+    }
+  }
+  // The balanced shares (invariant_tiles 0): request 7 (20000 keys) is cut by the batch's
+  // total, so its bits differ between the two batches.
+  const auto a = pool.run(batch_a, 320, 0);
+  const auto b = pool.run(batch_b, 1000, 0);
+  CHECK(a[position(batch_a, 7)] != b[position(batch_b, 7)]);
 }

@@ -46,8 +46,14 @@ int sm_slots(const MlaDecodeShape& s, int sm_count) {
   return static_cast<int>(std::min<int64_t>(slots, dev::kMaxCombineParts / 2));
 }
 
-dev::BalancedWorkspace balanced_layout(const MlaDecodeShape& s, int slots) {
-  return dev::balanced_workspace(s.batch, int64_t{s.q_len} * s.num_heads, slots);
+dev::BalanceBounds bounds(const MlaDecodeShape& s, int slots, int invariant_tiles) {
+  const int64_t capacity_tiles = (int64_t{s.max_pages} * s.page_size + 63) / 64;
+  return dev::balance_bounds(s.batch, slots, invariant_tiles, capacity_tiles);
+}
+
+dev::BalancedWorkspace balanced_layout(const MlaDecodeShape& s, int slots, int invariant_tiles) {
+  return dev::balanced_workspace(s.batch, int64_t{s.q_len} * s.num_heads,
+                                 bounds(s, slots, invariant_tiles));
 }
 
 Arch current_arch() {
@@ -64,15 +70,17 @@ size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits) {
   return out + (rows * sizeof(float) + 15) / 16 * 16;  // partial outputs, then their lse
 }
 
-size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots) {
-  return static_cast<size_t>(balanced_layout(shape, std::max(sm_slots, 1)).total);
+size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots,
+                                           int invariant_tiles) {
+  return static_cast<size_t>(balanced_layout(shape, std::max(sm_slots, 1), invariant_tiles).total);
 }
 
 namespace {
 
 // The bytes a plan's run reads and writes in the caller's workspace.
 size_t plan_workspace_bytes(const MlaDecodePlan& plan) {
-  return plan.balanced ? mla_decode_balanced_workspace_bytes(plan.shape, plan.sm_slots)
+  return plan.balanced ? mla_decode_balanced_workspace_bytes(plan.shape, plan.sm_slots,
+                                                             plan.config.invariant_tiles)
                        : mla_decode_workspace_bytes(plan.shape, plan.num_splits);
 }
 
@@ -86,11 +94,27 @@ MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig
   mla_detail::check_shape(shape, plan.config);
   const CUdevice device = driver::current_device();
   const driver::DeviceInfo& info = driver::cached_device_info(device);
-  plan.num_splits = static_splits(shape);
+  // A batch-invariant config fixes the pieces itself; otherwise a forced or tuned count is a
+  // static split, and none is the balanced schedule.
+  if (plan.config.invariant_tiles > 0 && shape.num_splits > 0)
+    fail_arg("shape.num_splits",
+             fmt::format("must be 0 with a batch-invariant config (invariant_tiles {} fixes the "
+                         "split), got {}",
+                         plan.config.invariant_tiles, shape.num_splits));
+  plan.num_splits = plan.config.invariant_tiles > 0 ? 0 : static_splits(shape);
   plan.balanced = plan.num_splits == 0;
   if (plan.balanced) {
     plan.sm_slots = sm_slots(shape, info.sm_count);
-    plan.workspace_bytes = mla_decode_balanced_workspace_bytes(shape, plan.sm_slots);
+    const dev::BalanceBounds b = bounds(shape, plan.sm_slots, plan.config.invariant_tiles);
+    if (b.slots > dev::kMaxCombineParts * int64_t{shape.batch} || b.items > 65535 ||
+        b.items / std::max(1, shape.batch) > dev::kMaxCombineParts)
+      fail_config("mla_decode.invariant_tiles",
+                  fmt::format("{} tiles per piece cut a {}-key capacity into {} pieces per "
+                              "sequence ({} in all); at most {} per sequence and 65535 in all",
+                              plan.config.invariant_tiles, int64_t{shape.max_pages} * shape.page_size,
+                              b.items / std::max(1, shape.batch), b.items, dev::kMaxCombineParts));
+    plan.workspace_bytes = mla_decode_balanced_workspace_bytes(shape, plan.sm_slots,
+                                                               plan.config.invariant_tiles);
   } else {
     plan.workspace_bytes = mla_decode_workspace_bytes(shape, plan.num_splits);
   }
@@ -111,7 +135,9 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
   ops::check_workspace(workspace, plan_workspace_bytes(plan), "mla_decode_plan");
   // A static split reads no device-resident value ahead of the run: nothing to enqueue.
   if (!plan.balanced || s.b == 0) return;
-  const dev::BalancedWorkspace w = balanced_layout(plan.shape, plan.sm_slots);
+  const int fixed_cap = plan.config.invariant_tiles;
+  const dev::BalancedWorkspace w = balanced_layout(plan.shape, plan.sm_slots, fixed_cap);
+  const dev::BalanceBounds b = bounds(plan.shape, plan.sm_slots, fixed_cap);
   auto* base = static_cast<unsigned char*>(workspace.data);
   dev::BalanceArgs ba{i32_ptr(args.cache_lens),
                       reinterpret_cast<int*>(base + w.scratch),
@@ -121,7 +147,11 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
                       static_cast<int>(s.b),
                       static_cast<int>(s.max_pages * plan.config.page_size),
                       plan.sm_slots,
-                      static_cast<int>(plan.sm_slots + s.b)};
+                      fixed_cap,
+                      static_cast<int>(b.items),
+                      static_cast<int>(b.slots),
+                      static_cast<int>(b.cuts),
+                      0};
   jit::LaunchShape shape;
   shape.block[0] = dev::kBalanceThreads;
   void* kargs[] = {&ba};
@@ -172,8 +202,11 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
   // The partials: [slots, q_len·h, 512] f32, then their lse (static: b·splits slots).
   auto* base = static_cast<unsigned char*>(workspace.data);
+  const dev::BalanceBounds bound =
+      plan.balanced ? bounds(plan.shape, plan.sm_slots, c.invariant_tiles) : dev::BalanceBounds{};
   const dev::BalancedWorkspace bw =
-      plan.balanced ? balanced_layout(plan.shape, plan.sm_slots) : dev::BalancedWorkspace{};
+      plan.balanced ? balanced_layout(plan.shape, plan.sm_slots, c.invariant_tiles)
+                    : dev::BalancedWorkspace{};
   float* part_out = combine ? reinterpret_cast<float*>(base) : nullptr;
   float* part_lse = nullptr;
   if (plan.balanced)
@@ -200,7 +233,7 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
   if (plan.balanced) {  // the plan's bound on pieces; the schedule says how many are real
-    shape.grid[1] = static_cast<unsigned>(plan.sm_slots + s.b);
+    shape.grid[1] = static_cast<unsigned>(bound.items);
   } else {
     shape.grid[1] = static_cast<unsigned>(splits);
     shape.grid[2] = static_cast<unsigned>(s.b);
@@ -222,10 +255,10 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
                                     : nullptr,
                       counts};
   jit::LaunchShape cshape;
-  if (plan.balanced) {  // (cut sequence, row) pairs: at most sm_slots × q_len·h of them
+  if (plan.balanced) {  // (cut sequence, row) pairs: at most cuts × q_len·h of them
     const int64_t sms = driver::cached_device_info(device).sm_count;
     cshape.grid[0] = static_cast<unsigned>(
-        std::min<int64_t>(int64_t{plan.sm_slots} * s.q_len * s.h, dev::kCombineCtasPerSm * sms));
+        std::min<int64_t>(bound.cuts * s.q_len * s.h, dev::kCombineCtasPerSm * sms));
   } else {
     cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
     cshape.grid[1] = static_cast<unsigned>(s.b);

@@ -111,6 +111,9 @@ MlaDecodeShape mla_decode_shape(const MlaDecodeArgs& args);
 //                 the batch's KV tiles into pieces of about equal size, listed longest
 //                 first; a sequence in one piece is written directly, a cut one goes through
 //                 the combine. The grid is fixed by the plan (sm_slots + batch pieces).
+//                 With config.invariant_tiles = C > 0 the pieces are C tiles whatever the
+//                 batch holds: a sequence's output bits do not depend on the other
+//                 sequences (batch-invariant), at the cost of more partials.
 struct MlaDecodePlan {
   MlaDecodeShape shape;        // as given (num_splits 0 kept: the plan's own is below)
   MlaDecodeConfig config;      // the kernel that runs
@@ -134,7 +137,8 @@ MlaDecodeConfig mla_decode_selected_config(const MlaDecodeShape& shape);
 // Workspace bytes of a static split (0 when unsplit), and of a balanced plan (partials of
 // the pieces it may cut, and the schedule); host only.
 size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits);
-size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots);
+size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots,
+                                           int invariant_tiles = 0);
 
 // Per step, before the step's runs: device work that depends on device-resident lengths.
 // Balanced plans: one small kernel writes the step's work list into the workspace, read by
