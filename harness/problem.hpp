@@ -37,6 +37,9 @@ struct Prepared {
   // Enqueues one op call on the null stream reading input copy `i % copies()`; owns its
   // plan's workspace.
   std::function<void(int i)> run;
+  // Enqueues the per-step schedule again (prepare ran it once): what a decode step pays
+  // once before its layers' runs. Empty when the plan's schedule enqueues nothing.
+  std::function<void()> schedule;
 };
 
 class Problem {
@@ -126,6 +129,9 @@ Prepared prepared_run(const Plan& plan, const nlohmann::json* overrides, const n
   p.config_source = config_source(overrides, p.config, heuristic);
   if constexpr (requires { plan.num_splits; }) p.num_splits = plan.num_splits;
   p.run = [plan, ws, workspace, args, run](int i) { run(args(i), plan, ws, nullptr); };
+  if constexpr (requires { plan.balanced; })  // the plans whose schedule launches a kernel
+    if (plan.balanced)
+      p.schedule = [plan, ws, workspace, args, schedule] { schedule(plan, args(0), ws, nullptr); };
   return p;
 }
 
