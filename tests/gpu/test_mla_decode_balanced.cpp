@@ -16,6 +16,7 @@
 #include "harness/problem.hpp"
 #include "mla_decode/layout.cuh"
 #include "support/catch.hpp"
+#include "support/errors.hpp"
 #include "support/gpu.hpp"
 
 using namespace attnjit;
@@ -344,6 +345,29 @@ TEST_CASE("mla_decode with invariant_tiles gives a request the same bits in any 
       const int own_pages = static_cast<int>(pool.pages[static_cast<size_t>(r)].size());
       CHECK(pool.run({r}, own_pages, tiles)[0] == a[position(batch_a, r)]);
     }
+  }
+  // The plan refuses a piece size that cuts the table's capacity into more pieces than the
+  // combine merges, and a forced static split beside it.
+  {
+    test::DeviceBuffer q(size_t{2} * 16 * kMlaHeadDim * 2), table(size_t{2} * 1024 * 4), lens(8),
+        out(size_t{2} * 16 * kMlaValueDim * 2);
+    MlaDecodeArgs c;
+    c.q = TensorView::contiguous(q.data(), DType::kBF16, {2, 1, 16, kMlaHeadDim});
+    c.kv_cache = TensorView::contiguous(pool.pool.data(), DType::kBF16, {1, 64, kMlaHeadDim});
+    c.block_table = TensorView::contiguous(table.data(), DType::kI32, {2, 1024});
+    c.cache_lens = TensorView::contiguous(lens.data(), DType::kI32, {2});
+    c.out = TensorView::contiguous(out.data(), DType::kBF16, {2, 1, 16, kMlaValueDim});
+    c.softmax_scale = 0.1f;
+    MlaDecodeShape shape = mla_decode_shape(c);
+    MlaDecodeConfig config = mla_decode_selected_config(shape);
+    config.invariant_tiles = 1;  // 1024 pieces per sequence
+    REQUIRE_ERROR(mla_decode_plan(shape, &config), ErrorKind::kUnsupportedConfig,
+                  "mla_decode.invariant_tiles", "1024 pieces per sequence", "at most 512");
+    config.invariant_tiles = 2;  // 512: the most the combine merges
+    CHECK(mla_decode_plan(shape, &config).balanced);
+    shape.num_splits = 4;
+    REQUIRE_ERROR(mla_decode_plan(shape, &config), ErrorKind::kBadArgument, "shape.num_splits",
+                  "must be 0 with a batch-invariant config");
   }
   // The balanced shares (invariant_tiles 0): request 7 (20000 keys) is cut by the batch's
   // total, so its bits differ between the two batches.

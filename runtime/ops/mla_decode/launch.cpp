@@ -105,14 +105,17 @@ MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig
   plan.balanced = plan.num_splits == 0;
   if (plan.balanced) {
     plan.sm_slots = sm_slots(shape, info.sm_count);
-    const dev::BalanceBounds b = bounds(shape, plan.sm_slots, plan.config.invariant_tiles);
-    if (b.slots > dev::kMaxCombineParts * int64_t{shape.batch} || b.items > 65535 ||
-        b.items / std::max(1, shape.batch) > dev::kMaxCombineParts)
+    // A fixed piece size: every sequence may have capacity / C pieces, which the combine
+    // must merge and the grid (y ≤ 65535) must hold.
+    const int inv = plan.config.invariant_tiles;
+    const dev::BalanceBounds b = bounds(shape, plan.sm_slots, inv);
+    const int64_t per_sequence = b.items / std::max(1, shape.batch);
+    if (inv > 0 && (per_sequence > dev::kMaxCombineParts || b.items > 65535))
       fail_config("mla_decode.invariant_tiles",
                   fmt::format("{} tiles per piece cut a {}-key capacity into {} pieces per "
                               "sequence ({} in all); at most {} per sequence and 65535 in all",
-                              plan.config.invariant_tiles, int64_t{shape.max_pages} * shape.page_size,
-                              b.items / std::max(1, shape.batch), b.items, dev::kMaxCombineParts));
+                              inv, int64_t{shape.max_pages} * shape.page_size, per_sequence,
+                              b.items, dev::kMaxCombineParts));
     plan.workspace_bytes = mla_decode_balanced_workspace_bytes(shape, plan.sm_slots,
                                                                plan.config.invariant_tiles);
   } else {
