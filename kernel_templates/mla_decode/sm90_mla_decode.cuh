@@ -71,7 +71,9 @@ struct Traits {
 enum class Bar : u32 {
   kPFree = 1,    // both PV warpgroups finished reading P (and the scales) of the last tile
   kPReady = 2,   // the softmax warpgroup wrote P and the row scales of this tile
-  kStats = 3,    // the softmax warpgroup wrote the final row max / sum
+  kStats = 3,    // the softmax warpgroup wrote the final row max / sum (it arrives, the PV
+                 // warpgroups wait: bar.sync is barrier.sync.aligned, which PTX requires all
+                 // threads that sync on it to reach through one instruction)
 };
 
 // The shared-memory plan. Tiles first (1024-aligned: the 128B swizzle repeat).
@@ -313,7 +315,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     s.row_max[wgmma_acc_coord(tid, 2).row] = rs.m[1];
     s.row_sum[wgmma_acc_coord(tid, 2).row] = rs.l[1];
   }
-  named_barrier_sync(Bar::kStats, T::kConsumerThreads);
+  named_barrier_arrive(Bar::kStats, T::kConsumerThreads);  // nothing left to wait for here
 }
 
 // WG2 / WG3: O[:, half·256 + 0..256) = O·scale + P · V[:, same columns], P from smem.
