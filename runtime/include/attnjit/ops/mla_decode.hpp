@@ -113,7 +113,8 @@ MlaDecodeShape mla_decode_shape(const MlaDecodeArgs& args);
 //                 the combine. The grid is fixed by the plan (sm_slots + batch pieces).
 //                 With config.invariant_tiles = C > 0 the pieces are C tiles whatever the
 //                 batch holds: a sequence's output bits do not depend on the other
-//                 sequences (batch-invariant), at the cost of more partials.
+//                 sequences (batch-invariant), at the cost of more partials; the grid and
+//                 workspace then hold batch × ⌈capacity / C⌉ pieces.
 struct MlaDecodePlan {
   MlaDecodeShape shape;        // as given (num_splits 0 kept: the plan's own is below)
   MlaDecodeConfig config;      // the kernel that runs
