@@ -46,14 +46,16 @@ int sm_slots(const MlaDecodeShape& s, int sm_count) {
   return static_cast<int>(std::min<int64_t>(slots, dev::kMaxCombineParts / 2));
 }
 
-dev::BalanceBounds bounds(const MlaDecodeShape& s, int slots, int invariant_tiles) {
+// A balanced plan's bounds (pieces, partial slots, cut sequences) and the workspace regions
+// they size: worked out once per plan, schedule or run call.
+struct BalancedLayout {
+  dev::BalanceBounds bound;
+  dev::BalancedWorkspace ws;
+};
+BalancedLayout balanced_layout(const MlaDecodeShape& s, int slots, int invariant_tiles) {
   const int64_t capacity_tiles = (int64_t{s.max_pages} * s.page_size + 63) / 64;
-  return dev::balance_bounds(s.batch, slots, invariant_tiles, capacity_tiles);
-}
-
-dev::BalancedWorkspace balanced_layout(const MlaDecodeShape& s, int slots, int invariant_tiles) {
-  return dev::balanced_workspace(s.batch, int64_t{s.q_len} * s.num_heads,
-                                 bounds(s, slots, invariant_tiles));
+  const dev::BalanceBounds b = dev::balance_bounds(s.batch, slots, invariant_tiles, capacity_tiles);
+  return {b, dev::balanced_workspace(s.batch, int64_t{s.q_len} * s.num_heads, b)};
 }
 
 Arch current_arch() {
@@ -72,7 +74,7 @@ size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits) {
 
 size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots,
                                            int invariant_tiles) {
-  return static_cast<size_t>(balanced_layout(shape, std::max(sm_slots, 1), invariant_tiles).total);
+  return static_cast<size_t>(balanced_layout(shape, std::max(sm_slots, 1), invariant_tiles).ws.total);
 }
 
 namespace {
@@ -108,16 +110,15 @@ MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig
     // A fixed piece size: every sequence may have capacity / C pieces, which the combine
     // must merge and the grid (y ≤ 65535) must hold.
     const int inv = plan.config.invariant_tiles;
-    const dev::BalanceBounds b = bounds(shape, plan.sm_slots, inv);
-    const int64_t per_sequence = b.items / std::max(1, shape.batch);
-    if (inv > 0 && (per_sequence > dev::kMaxCombineParts || b.items > 65535))
+    const BalancedLayout l = balanced_layout(shape, plan.sm_slots, inv);
+    const int64_t per_sequence = l.bound.items / std::max(1, shape.batch);
+    if (inv > 0 && (per_sequence > dev::kMaxCombineParts || l.bound.items > 65535))
       fail_config("mla_decode.invariant_tiles",
                   fmt::format("{} tiles per piece cut a {}-key capacity into {} pieces per "
                               "sequence ({} in all); at most {} per sequence and 65535 in all",
                               inv, int64_t{shape.max_pages} * shape.page_size, per_sequence,
-                              b.items, dev::kMaxCombineParts));
-    plan.workspace_bytes = mla_decode_balanced_workspace_bytes(shape, plan.sm_slots,
-                                                               plan.config.invariant_tiles);
+                              l.bound.items, dev::kMaxCombineParts));
+    plan.workspace_bytes = static_cast<size_t>(l.ws.total);
   } else {
     plan.workspace_bytes = mla_decode_workspace_bytes(shape, plan.num_splits);
   }
@@ -139,8 +140,9 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
   // A static split reads no device-resident value ahead of the run: nothing to enqueue.
   if (!plan.balanced || s.b == 0) return;
   const int fixed_cap = plan.config.invariant_tiles;
-  const dev::BalancedWorkspace w = balanced_layout(plan.shape, plan.sm_slots, fixed_cap);
-  const dev::BalanceBounds b = bounds(plan.shape, plan.sm_slots, fixed_cap);
+  const BalancedLayout l = balanced_layout(plan.shape, plan.sm_slots, fixed_cap);
+  const dev::BalancedWorkspace& w = l.ws;
+  const dev::BalanceBounds& b = l.bound;
   auto* base = static_cast<unsigned char*>(workspace.data);
   dev::BalanceArgs ba{i32_ptr(args.cache_lens),
                       reinterpret_cast<int*>(base + w.scratch),
@@ -205,11 +207,10 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
   // The partials: [slots, q_len·h, 512] f32, then their lse (static: b·splits slots).
   auto* base = static_cast<unsigned char*>(workspace.data);
-  const dev::BalanceBounds bound =
-      plan.balanced ? bounds(plan.shape, plan.sm_slots, c.invariant_tiles) : dev::BalanceBounds{};
-  const dev::BalancedWorkspace bw =
-      plan.balanced ? balanced_layout(plan.shape, plan.sm_slots, c.invariant_tiles)
-                    : dev::BalancedWorkspace{};
+  const BalancedLayout bl =
+      plan.balanced ? balanced_layout(plan.shape, plan.sm_slots, c.invariant_tiles) : BalancedLayout{};
+  const dev::BalancedWorkspace& bw = bl.ws;
+  const dev::BalanceBounds& bound = bl.bound;
   float* part_out = combine ? reinterpret_cast<float*>(base) : nullptr;
   float* part_lse = nullptr;
   if (plan.balanced)
