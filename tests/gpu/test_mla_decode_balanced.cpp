@@ -191,14 +191,18 @@ TEST_CASE("mla_decode's balanced schedule matches float64 and a static split on 
   for (const json& c : cases) {
     INFO(c.dump());
     const std::unique_ptr<harness::Problem> p = kind.make(c, test::rng()(), 0);
+    // Runs `prepared` on poisoned output and checks it against float64.
+    auto run_checked = [&p](const harness::Prepared& prepared, const char* label) {
+      p->poison_output();
+      prepared.run(0);
+      const harness::Verdict v = p->check(64);
+      fmt::print("mla_decode {} [{}]: {}\n", label, p->describe(), v.summary);
+      INFO(v.summary);
+      CHECK(v.passed);
+    };
     const harness::Prepared balanced = p->prepare(nullptr);
     CHECK(balanced.num_splits == 0);  // no tuning database in the tests: balanced
-    p->poison_output();
-    balanced.run(0);
-    const harness::Verdict v = p->check(64);
-    fmt::print("mla_decode balanced [{}]: {}\n", p->describe(), v.summary);
-    INFO(v.summary);
-    CHECK(v.passed);
+    run_checked(balanced, "balanced");
     const std::vector<uint8_t> first = p->output_bytes();
     p->poison_output();
     balanced.run(0);
@@ -217,12 +221,7 @@ TEST_CASE("mla_decode's balanced schedule matches float64 and a static split on 
     const json invariant = {{"invariant_tiles", 4}};
     const harness::Prepared fixed = p->prepare(&invariant);
     CHECK(fixed.num_splits == 0);
-    p->poison_output();
-    fixed.run(0);
-    const harness::Verdict vi = p->check(64);
-    fmt::print("mla_decode invariant_tiles 4 [{}]: {}\n", p->describe(), vi.summary);
-    INFO(vi.summary);
-    CHECK(vi.passed);
+    run_checked(fixed, "invariant_tiles 4");
   }
 }
 
