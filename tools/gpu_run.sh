@@ -63,6 +63,9 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   # PyTorch SDPA with the cuDNN and flash backends in the same call.
   BENCH_TIMEOUT=400 bench mha_fwd
   timeout -s KILL 400 python3 tools/bench_mha_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_mha_torch.py failed"; status=1; }
+  # merge_states: its rows (each checked against float64 first), then the PyTorch peer.
+  bench merge_states
+  timeout -s KILL 120 python3 tools/bench_merge_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_merge_torch.py failed"; status=1; }
   for dt in bf16 e4m3; do
     bench tma_copy --shape rows=16384,cols=16384,dtype=$dt
   done

@@ -1,6 +1,7 @@
 #pragma once
 // attnjit's public API in one include.
 #include "attnjit/error.hpp"
+#include "attnjit/ops/merge_states.hpp"
 #include "attnjit/ops/mha_fwd.hpp"
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/tma_copy.hpp"
