@@ -11,6 +11,7 @@
 #include "cache/root.hpp"
 #include "jit/compiler.hpp"
 #include "jit/embedded.hpp"
+#include "jit/key_record.hpp"
 #include "jit/toolkit.hpp"
 #include "support/catch.hpp"
 #include "support/errors.hpp"
@@ -20,40 +21,42 @@ using namespace attnjit;
 using attnjit::test::tma_recipe;
 
 TEST_CASE("cache key: stable for the same inputs, 64 hex digits", "[cache][key]") {
-  const std::string a = cache::cache_key(cache::key_inputs(tma_recipe()));
-  const std::string b = cache::cache_key(cache::key_inputs(tma_recipe()));
+  const std::string a = jit::cache_key(jit::key_inputs(tma_recipe()));
+  const std::string b = jit::cache_key(jit::key_inputs(tma_recipe()));
   CHECK(a == b);
   CHECK(a.size() == 64);
   CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
   // The record survives its trip through meta.json.
-  const cache::KeyInputs in = cache::key_inputs(tma_recipe());
-  CHECK(cache::cache_key(cache::key_inputs_from_json(cache::to_json(in))) == a);
+  const jit::KeyInputs in = jit::key_inputs(tma_recipe());
+  const cache::KeyRecord stored = cache::key_record_from_json(cache::to_json(jit::to_record(in)));
+  CHECK(cache::cache_key(stored) == a);
+  CHECK(jit::cache_key(jit::key_inputs_from_record(stored)) == a);
 }
 
 TEST_CASE("cache key: every config field, the arch and each option change it", "[cache][key]") {
-  std::vector<std::string> keys = {cache::cache_key(cache::key_inputs(tma_recipe()))};
+  std::vector<std::string> keys = {jit::cache_key(jit::key_inputs(tma_recipe()))};
   for (const nlohmann::json& change :
        {nlohmann::json{{"dtype", "f16"}}, nlohmann::json{{"block_m", 128}},
         nlohmann::json{{"block_n", 128}}, nlohmann::json{{"stages", 3}},
         nlohmann::json{{"swizzle", "64B"}}})
-    keys.push_back(cache::cache_key(cache::key_inputs(tma_recipe(change))));
-  keys.push_back(cache::cache_key(cache::key_inputs(tma_recipe({}, kSm100a))));
+    keys.push_back(jit::cache_key(jit::key_inputs(tma_recipe(change))));
+  keys.push_back(jit::cache_key(jit::key_inputs(tma_recipe({}, kSm100a))));
   jit::KernelRecipe with_define = tma_recipe();
   with_define.options.extra.push_back("-DATTNJIT_CHECK=1");
-  keys.push_back(cache::cache_key(cache::key_inputs(with_define)));
+  keys.push_back(jit::cache_key(jit::key_inputs(with_define)));
   jit::KernelRecipe with_lineinfo = tma_recipe();
   with_lineinfo.options.line_info = true;
-  keys.push_back(cache::cache_key(cache::key_inputs(with_lineinfo)));
+  keys.push_back(jit::cache_key(jit::key_inputs(with_lineinfo)));
   CHECK(std::set<std::string>(keys.begin(), keys.end()).size() == keys.size());
 }
 
 TEST_CASE("cache key: each field of the record matters", "[cache][key]") {
-  const cache::KeyInputs base = cache::key_inputs(tma_recipe());
-  const std::string k0 = cache::cache_key(base);
+  const jit::KeyInputs base = jit::key_inputs(tma_recipe());
+  const std::string k0 = jit::cache_key(base);
   auto differs = [&](auto mutate) {
-    cache::KeyInputs in = base;
+    jit::KeyInputs in = base;
     mutate(in);
-    return cache::cache_key(in) != k0;
+    return jit::cache_key(in) != k0;
   };
   CHECK(differs([](auto& in) { in.attnjit_version += "+1"; }));
   CHECK(differs([](auto& in) { in.template_id += "x"; }));
@@ -65,10 +68,10 @@ TEST_CASE("cache key: each field of the record matters", "[cache][key]") {
   CHECK(differs([](auto& in) { in.arch = "sm_100a"; }));
   CHECK(differs([](auto& in) { in.options.push_back("-G"); }));
   // Length prefixes: moving a byte from one field to the next is a different record.
-  cache::KeyInputs x = base, y = base;
+  jit::KeyInputs x = base, y = base;
   x.options = {"-DAB", "-DC"};
   y.options = {"-DA", "B-DC"};
-  CHECK(cache::cache_key(x) != cache::cache_key(y));
+  CHECK(jit::cache_key(x) != jit::cache_key(y));
 }
 
 TEST_CASE("cache key: embedded header content is hashed", "[cache][key]") {
@@ -79,17 +82,17 @@ TEST_CASE("cache key: embedded header content is hashed", "[cache][key]") {
   auto hash_with = [&](size_t changed, const std::string& text) {
     std::vector<jit::EmbeddedFile> copy(files.begin(), files.end());
     copy[changed].content = text;
-    return cache::embedded_headers_hash(copy);
+    return jit::embedded_headers_hash(copy);
   };
-  const std::string h0 = cache::embedded_headers_hash(files);
-  CHECK(h0 == cache::process_inputs().embedded_headers);
+  const std::string h0 = jit::embedded_headers_hash(files);
+  CHECK(h0 == jit::process_inputs().embedded_headers);
   CHECK(hash_with(0, contents[0]) == h0);
   CHECK(hash_with(0, contents[0] + " ") != h0);
   CHECK(hash_with(files.size() - 1, contents.back() + "// edit") != h0);
   // Order of the table does not matter; one file fewer does.
   std::vector<jit::EmbeddedFile> reversed(files.rbegin(), files.rend());
-  CHECK(cache::embedded_headers_hash(reversed) == h0);
-  CHECK(cache::embedded_headers_hash(std::span(files.data(), files.size() - 1)) != h0);
+  CHECK(jit::embedded_headers_hash(reversed) == h0);
+  CHECK(jit::embedded_headers_hash(std::span(files.data(), files.size() - 1)) != h0);
 }
 
 TEST_CASE("cache key: toolkit headers by content, not location", "[cache][key]") {
@@ -98,40 +101,40 @@ TEST_CASE("cache key: toolkit headers by content, not location", "[cache][key]")
   const std::string real = jit::toolkit().include_dir;
   auto copy_to = [&](const std::string& name) {
     const fs::path dir = scratch.path / name / "include";
-    for (const std::string& rel : cache::toolkit_key_headers()) {
+    for (const std::string& rel : jit::toolkit_key_headers()) {
       fs::create_directories((dir / rel).parent_path());
       fs::copy_file(fs::path(real) / rel, dir / rel);
     }
     return dir;
   };
   const fs::path a = copy_to("a"), b = copy_to("deeper/b");
-  const std::string h = cache::toolkit_headers_hash(real);
-  CHECK(h == cache::process_inputs().toolkit_headers);
-  CHECK(cache::toolkit_headers_hash(a.string()) == h);  // moved toolkit: same hash
-  CHECK(cache::toolkit_headers_hash(b.string()) == h);
-  for (const std::string& rel : cache::toolkit_key_headers()) {
+  const std::string h = jit::toolkit_headers_hash(real);
+  CHECK(h == jit::process_inputs().toolkit_headers);
+  CHECK(jit::toolkit_headers_hash(a.string()) == h);  // moved toolkit: same hash
+  CHECK(jit::toolkit_headers_hash(b.string()) == h);
+  for (const std::string& rel : jit::toolkit_key_headers()) {
     INFO(rel);
     const std::string text = test::read_text(b / rel);
     test::write_text(b / rel, text + "\n// patched\n");
-    CHECK(cache::toolkit_headers_hash(b.string()) != h);
+    CHECK(jit::toolkit_headers_hash(b.string()) != h);
     test::write_text(b / rel, text);
   }
   fs::remove(a / "cuda_fp8.hpp");
-  CHECK(cache::toolkit_headers_hash(a.string()) != h);  // a missing header is a change too
+  CHECK(jit::toolkit_headers_hash(a.string()) != h);  // a missing header is a change too
 }
 
 TEST_CASE("cache key: options lose their -I paths; the record names no path", "[cache][key]") {
-  CHECK(cache::normalize_options({"-I/usr/local/cuda/include", "-std=c++20", "--include-path=/x",
+  CHECK(jit::normalize_options({"-I/usr/local/cuda/include", "-std=c++20", "--include-path=/x",
                                   "-DX=1"}) == std::vector<std::string>{"-std=c++20", "-DX=1"});
   // normalized_options() predicts exactly what a real compile passed, minus -I.
   jit::KernelRecipe r = tma_recipe();
   r.options.line_info = true;
   r.options.extra = {"-DATTNJIT_TEST_OPTION=1"};
   const jit::CompiledKernel k = jit::compile_recipe(r);
-  CHECK(cache::normalize_options(k.options) == cache::normalized_options(r.options));
+  CHECK(jit::normalize_options(k.options) == jit::normalized_options(r.options));
   // Nothing in the record depends on where the toolkit, the sources or the build live,
   // so a build from another directory (or a moved install) computes the same key.
-  const std::string record = cache::to_json(cache::key_inputs(r)).dump();
+  const std::string record = cache::to_json(jit::to_record(jit::key_inputs(r))).dump();
   CHECK(record.find(jit::toolkit().root) == std::string::npos);
   CHECK(record.find(ATTNJIT_SOURCE_DIR) == std::string::npos);
   CHECK(record.find(std::filesystem::current_path().string()) == std::string::npos);
