@@ -5,6 +5,7 @@
 #include "attnjit/ops/mha_fwd.hpp"
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/tma_copy.hpp"
+#include "attnjit/precompile.hpp"
 #include "attnjit/runtime.hpp"
 #include "attnjit/tensor.hpp"
 #include "attnjit/tma.hpp"
