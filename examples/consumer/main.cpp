@@ -11,7 +11,7 @@
 namespace {
 
 void report(const char* op, const std::string& config, const attnjit::PrecompiledKernel& k) {
-  std::printf("%-10s %s key %.12s, %d registers, %d spill bytes, %zu B cubin, %.0f ms: %s\n", op,
+  std::printf("%-12s %s key %.12s, %d registers, %d spill bytes, %zu B cubin, %.0f ms: %s\n", op,
               k.cache_hit ? "cache hit" : "compiled ", k.key.c_str(), k.registers, k.spill_bytes,
               k.cubin_bytes, k.ms, config.c_str());
 }
@@ -54,6 +54,12 @@ int main(int argc, char** argv) {
     const attnjit::MhaFwdConfig mha_config = attnjit::mha_fwd_selected_config(mha);
     report("mha_fwd", mha_config.describe(),
            attnjit::precompile("mha_fwd", mha_config.to_json(), arch, cache_dir));
+
+    // merge_states: cascade attention's prefix and suffix states, 32 heads of 128.
+    const attnjit::MergeStatesShape merge{attnjit::DType::kBF16, 8192, 32, 128};
+    const attnjit::MergeStatesConfig merge_config = attnjit::merge_states_selected_config(merge);
+    report("merge_states", merge_config.describe(),
+           attnjit::precompile("merge_states", merge_config.to_json(), arch, cache_dir));
   } catch (const attnjit::Error& e) {
     std::fprintf(stderr, "attnjit_consumer: %s\n", e.what());
     return 1;
