@@ -2,35 +2,27 @@
 // The content-addressed disk cache of cubins (contract: DESIGN.md, "The disk cache
 // contract"; user guide: docs/cache.md).
 //
-// ensure_compiled() is the one way kernels enter and leave the cache: it computes the
-// key, returns a verified entry when there is one, else compiles (one process per key
-// at a time, by an advisory lock that only saves duplicate work) and publishes. It never
-// touches the GPU, so `attnjit precompile` runs on machines without one; the runtime's
-// miss path (jit::build_kernel) goes through runtime_compile().
+// The cache stores bytes by key and knows nothing of how they were made: the JIT builds
+// the key record, asks lookup(), compiles on a miss and hands the cubin to publish()
+// (runtime/jit/cache_client.hpp). What the cache guarantees, whoever calls it: an entry
+// is whole or absent (marker + rename), every load from disk is verified, a bad entry is
+// quarantined and reported as a miss, the root is trusted before anything is read, the
+// size cap holds (LRU), and a read-only root is never written.
 #include <cstdint>
 #include <ctime>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "cache/entry.hpp"
 #include "cache/key.hpp"
 #include "cache/root.hpp"
-#include "jit/compiler.hpp"
-#include "jit/kernel_table.hpp"
 
 namespace attnjit::cache {
-
-struct Compiled {
-  enum class From { kDisk, kCompiled, kCompiledNotStored };
-  jit::CompiledKernel kernel;
-  std::string key;
-  From from = From::kCompiled;
-  double ms = 0;             // wall time of this call (key, disk, compile, publish)
-  std::string store_error;  // why a compiled kernel could not be published ("" if it was)
-  bool hit() const noexcept { return from == From::kDisk; }
-};
 
 // One entry as found by a scan of the root.
 struct EntryInfo {
@@ -56,6 +48,25 @@ struct PruneReport {
   uint64_t cleaned = 0;  // quarantined entries and stale tmp dirs deleted
 };
 
+// An advisory per-key lock (flock on <root>/tmp/<key>.lock) so that processes missing the
+// same key build it once. flock dies with its process, so a killed holder never blocks
+// anyone; correctness does not depend on it (publishing is atomic either way). Held
+// until destroyed; a lock that could not be taken holds nothing.
+class KeyLock {
+ public:
+  KeyLock(const std::string& root, const std::string& key);
+  ~KeyLock();
+  KeyLock(KeyLock&& other) noexcept;
+  KeyLock& operator=(KeyLock&&) = delete;
+  KeyLock(const KeyLock&) = delete;
+  KeyLock& operator=(const KeyLock&) = delete;
+  bool held() const noexcept { return fd_ >= 0; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 class Cache {
  public:
   explicit Cache(Settings settings)
@@ -66,14 +77,29 @@ class Cache {
   const Settings& settings() const noexcept { return settings_; }
   const std::string& root() const noexcept { return settings_.root; }
 
-  // See the file comment. Throws Error(kCache) in strict mode on a miss (naming the op,
-  // its config and the `attnjit precompile` line that builds it), Error(kCompile) when
-  // NVRTC fails.
-  Compiled ensure_compiled(const jit::KernelRecipe& recipe);
+  // The verified entry for `key` under `arch`, its recency stamped (unless read-only), or
+  // nullopt. A bad entry (torn, flipped, unmarked, or refused by `check`) is moved to the
+  // quarantine with a warning on stderr and is a miss: it is never returned.
+  std::optional<Entry> lookup(const std::string& arch, const std::string& key,
+                              const EntryCheck& check = {});
+
+  // The lock a builder holds from its second lookup to its publish (see KeyLock).
+  [[nodiscard]] KeyLock lock(const std::string& key) const { return KeyLock(root(), key); }
+
+  // Stores `cubin` under cache_key(record) (returned) in the record's "arch" folder, with
+  // `meta` (the publisher's description) in meta.json. Losing a race to another publisher
+  // of the same key keeps theirs (a bad one is quarantined and replaced). Enforces the size
+  // cap. Throws Error(kCache) on a read-only root and on I/O errors (disk full, root gone).
+  std::string publish(const KeyRecord& record, std::string_view cubin,
+                      const nlohmann::ordered_json& meta);
+
+  // One warning per process that a read-only root does not store what misses build.
+  void warn_read_only_once() const;
 
   std::vector<EntryInfo> entries() const;  // sorted by key
   Stats stats() const;
-  VerifyReport verify();  // full check of every entry; bad ones are quarantined
+  // Full check of every entry (and `check`, as lookup does); bad ones are quarantined.
+  VerifyReport verify(const EntryCheck& check = {});
   // Deletes least-recently-used entries until at most `max_size` bytes remain, plus
   // quarantined entries and unfinished publishes older than an hour.
   PruneReport prune(uint64_t max_size);
@@ -81,24 +107,14 @@ class Cache {
   uint64_t clear();
 
  private:
-  bool try_load(const std::string& dir, const std::string& key, const std::string& arch,
-                Compiled& out);
   void after_publish(uint64_t bytes);
 
-  struct Shared {  // ensure_compiled runs on several threads (precompile --jobs)
+  struct Shared {  // lookup and publish run on several threads (precompile --jobs)
     std::mutex mutex;
     int64_t size_estimate = -1;  // bytes of entries as this process believes; -1 = unknown
   };
   Settings settings_;
   std::unique_ptr<Shared> shared_;
 };
-
-// The `attnjit precompile` command line that builds one variant (for strict-mode errors).
-std::string precompile_command(const std::string& op, const std::string& config_json,
-                               const std::string& arch, const std::string& root);
-
-// The runtime's miss path: the process's cache (settings from the environment, opened on
-// first use) unless ATTNJIT_CACHE=off, in which case it compiles into memory.
-jit::CompiledKernel runtime_compile(const jit::KernelRecipe& recipe);
 
 }  // namespace attnjit::cache

@@ -108,7 +108,15 @@ std::string entry_dir(const std::string& root, const std::string& arch, const st
   return (fs::path(root) / arch / key.substr(0, 2) / key).string();
 }
 
-ReadResult read_entry(const std::string& dir, const std::string& key, const std::string& arch) {
+bool is_cache_meta_field(std::string_view name) {
+  for (const char* f :
+       {"format", "key", "arch", "cubin_bytes", "cubin_sha256", "created", "record"})
+    if (name == f) return true;
+  return false;
+}
+
+ReadResult read_entry(const std::string& dir, const std::string& key, const std::string& arch,
+                      const EntryCheck& check) {
   ReadResult r;
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return r;  // kMissing
@@ -123,7 +131,7 @@ ReadResult read_entry(const std::string& dir, const std::string& key, const std:
   if (!marker) return corrupt("no COMMITTED marker (an unfinished publish)");
   const auto meta_text = read_all(d / kMetaFile);
   if (!meta_text) return corrupt("no meta.json");
-  const auto cubin = read_all(d / kCubinFile);
+  auto cubin = read_all(d / kCubinFile);
   if (!cubin) return corrupt("no kernel.cubin");
   r.bytes = marker->size() + meta_text->size() + cubin->size();
 
@@ -131,73 +139,55 @@ ReadResult read_entry(const std::string& dir, const std::string& key, const std:
   if (*marker != marker_text(key, cubin_sha, sha256_hex(*meta_text)))
     return corrupt("the COMMITTED marker does not match this key, cubin and meta.json");
   try {
-    nlohmann::json meta = nlohmann::json::parse(*meta_text);
+    // Ordered: the key record is hashed in the order its fields were written.
+    nlohmann::ordered_json meta = nlohmann::ordered_json::parse(*meta_text);
     if (meta.at("format").get<int>() != kMetaFormat) return corrupt("meta.json has another format");
     if (meta.at("key").get<std::string>() != key) return corrupt("meta.json names another key");
     if (meta.at("arch").get<std::string>() != arch) return corrupt("meta.json names another arch");
-    const KeyInputs record = key_inputs_from_json(meta.at("record"));
+    KeyRecord record = key_record_from_json(meta.at("record"));
     if (cache_key(record) != key) return corrupt("meta.json's key record does not hash to the key");
-    if (record.arch != arch) return corrupt("the key record names another arch");
+    const std::string* record_arch = record.text("arch");
+    if (!record_arch || *record_arch != arch) return corrupt("the key record names another arch");
     if (meta.at("cubin_bytes").get<uint64_t>() != cubin->size())
       return corrupt(fmt::format("kernel.cubin has {} bytes, meta.json says {}", cubin->size(),
                                  meta.at("cubin_bytes").get<uint64_t>()));
     if (meta.at("cubin_sha256").get<std::string>() != cubin_sha)
       return corrupt("kernel.cubin's SHA-256 differs from meta.json's");
-    const auto parsed_arch = parse_arch(arch);
-    if (!parsed_arch) return corrupt("unknown arch " + arch);
-
-    jit::CompiledKernel& k = r.kernel;
-    k.op = meta.at("op").get<std::string>();
-    k.arch = *parsed_arch;
-    k.source = record.source;
-    k.lowered_name = meta.at("lowered_name").get<std::string>();
-    if (k.lowered_name.empty()) return corrupt("meta.json has an empty lowered_name");
-    k.cubin.assign(cubin->begin(), cubin->end());
-    k.compile_ms = meta.at("compile_ms").get<double>();
-    k.options = meta.at("options").get<std::vector<std::string>>();
-    k.ptxas.registers = meta.at("registers").get<int>();
-    k.ptxas.spill_store_bytes = meta.at("spill_store_bytes").get<int>();
-    k.ptxas.spill_load_bytes = meta.at("spill_load_bytes").get<int>();
-    k.ptxas.stack_frame_bytes = meta.at("stack_frame_bytes").get<int>();
-    k.ptxas.static_smem_bytes = meta.at("static_smem_bytes").get<int>();
-    k.ptxas.barriers = meta.at("barriers").get<int>();
-    k.ptxas.from_cubin = meta.value("resources_from_cubin", false);
-    k.ptxas.parsed = k.ptxas.registers >= 0;
-    r.meta = std::move(meta);
+    r.entry = Entry{key, arch, dir, std::move(*cubin), std::move(meta), std::move(record)};
   } catch (const nlohmann::json::exception& e) {
     return corrupt(fmt::format("meta.json is malformed: {}", e.what()));
   } catch (const Error& e) {
     return corrupt(fmt::format("meta.json is malformed: {}", e.what()));
   }
+  if (check) {
+    std::string why = check(r.entry);
+    if (!why.empty()) {
+      r.entry = Entry{};
+      return corrupt(std::move(why));
+    }
+  }
   r.status = ReadResult::Status::kOk;
   return r;
 }
 
-bool publish_entry(const std::string& root, const std::string& key, const KeyInputs& record,
-                   const jit::CompiledKernel& kernel, unsigned dynamic_smem_bytes) {
-  const std::string_view cubin(kernel.cubin.data(), kernel.cubin.size());
+bool publish_entry(const std::string& root, const std::string& key, const KeyRecord& record,
+                   std::string_view cubin, const nlohmann::ordered_json& description) {
+  const std::string* arch = record.text("arch");
+  if (!arch || arch->empty())
+    throw Error(ErrorKind::kCache, "cannot publish a key record without an 'arch' field");
   const std::string cubin_sha = sha256_hex(cubin);
   nlohmann::ordered_json meta;
   meta["format"] = kMetaFormat;
   meta["key"] = key;
-  meta["op"] = kernel.op;
-  meta["config"] = nlohmann::json::parse(record.config_json, nullptr, false);
-  if (meta["config"].is_discarded()) meta["config"] = record.config_json;
-  meta["arch"] = record.arch;
-  meta["lowered_name"] = kernel.lowered_name;
-  meta["compile_ms"] = kernel.compile_ms;
-  meta["registers"] = kernel.ptxas.registers;
-  meta["spill_bytes"] = kernel.ptxas.spill_store_bytes + kernel.ptxas.spill_load_bytes;
-  meta["spill_store_bytes"] = kernel.ptxas.spill_store_bytes;
-  meta["spill_load_bytes"] = kernel.ptxas.spill_load_bytes;
-  meta["stack_frame_bytes"] = kernel.ptxas.stack_frame_bytes;
-  meta["static_smem_bytes"] = kernel.ptxas.static_smem_bytes;
-  meta["barriers"] = kernel.ptxas.barriers;
-  meta["resources_from_cubin"] = kernel.ptxas.from_cubin;  // no ptxas report in NVRTC's log
-  meta["dynamic_smem_bytes"] = dynamic_smem_bytes;
-  meta["cubin_bytes"] = kernel.cubin.size();
+  meta["arch"] = *arch;
+  for (const auto& [name, value] : description.items()) {
+    if (is_cache_meta_field(name))
+      throw Error(ErrorKind::kCache,
+                  fmt::format("meta.json field '{}' is the cache's own, not the publisher's", name));
+    meta[name] = value;
+  }
+  meta["cubin_bytes"] = cubin.size();
   meta["cubin_sha256"] = cubin_sha;
-  meta["options"] = normalize_options(kernel.options);
   meta["created"] = static_cast<long long>(std::time(nullptr));
   meta["record"] = to_json(record);
 
@@ -216,7 +206,7 @@ bool publish_entry(const std::string& root, const std::string& key, const KeyInp
     fsync_path(tmp, O_RDONLY | O_DIRECTORY);
     maybe_die("rename");
 
-    const fs::path arch_dir = fs::path(root) / record.arch;
+    const fs::path arch_dir = fs::path(root) / *arch;
     const fs::path prefix_dir = arch_dir / key.substr(0, 2);
     make_dir(arch_dir, 0755);
     make_dir(prefix_dir, 0755);

@@ -1,74 +1,40 @@
 #pragma once
-// The disk cache key: SHA-256 over a length-prefixed, versioned record of everything
-// that decides a cubin's bytes. Every input is passed explicitly (KeyInputs), so tests
-// vary one at a time; key_inputs() fills them for a recipe in this process.
+// The disk cache key: SHA-256 over a length-prefixed, versioned record of named fields.
 //
-// Deliberately absent: mtimes and absolute paths (the -I options name the toolkit's
-// location, which is covered by the content of its headers instead). Moving the install
-// or building from another directory still hits; editing any header misses.
+// The cache does not know what the fields mean: the JIT decides what decides a cubin's
+// bytes and builds the record (runtime/jit/key_record.hpp lists the fields). The cache
+// hashes the fields in the order given, stores the record in meta.json (so `verify`
+// can recompute the key from the entry alone) and needs one field by name: "arch", the
+// folder an entry lives in.
 #include <nlohmann/json.hpp>
-#include <span>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
-
-#include "jit/compiler.hpp"
-#include "jit/embedded.hpp"
-#include "jit/kernel_table.hpp"
 
 namespace attnjit::cache {
 
-// Bump when the record's layout or the meaning of a field changes.
-inline constexpr int kKeyRecordVersion = 1;
-
-struct KeyInputs {
-  std::string attnjit_version;       // ATTNJIT_VERSION of the library
-  std::string template_id;           // "<op>:<header>:<kernel template>"
-  std::string config_json;           // canonical config
-  std::string source;                // the generated translation unit
-  std::string embedded_headers;      // embedded_headers_hash()
-  std::string toolkit_headers;       // toolkit_headers_hash()
-  std::string nvrtc_version;         // "13.0"
-  std::string arch;                  // "sm_90a"
-  std::vector<std::string> options;  // normalize_options(): NVRTC options minus -I paths
+struct KeyField {
+  std::string name;
+  std::variant<std::string, std::vector<std::string>> value;  // a text or a list of texts
 };
 
-// 64 hex digits.
-std::string cache_key(const KeyInputs& in);
+struct KeyRecord {
+  int version = 0;  // the record layout's version, chosen by whoever builds the record
+  std::vector<KeyField> fields;
 
-// The record as JSON (stored in meta.json, so `verify` can recompute the key) and back.
-// from_json throws Error(kCache) naming a missing or mistyped field.
-nlohmann::ordered_json to_json(const KeyInputs& in);
-KeyInputs key_inputs_from_json(const nlohmann::json& j);
-
-// Content hash of a set of embedded headers: (path, content) pairs in path order.
-std::string embedded_headers_hash(std::span<const jit::EmbeddedFile> files);
-
-// The toolkit headers whose content enters the key, relative to <toolkit>/include:
-// cuda_bf16/fp16/fp8 .h and .hpp, and CCCL's version header (CCCL ships as one
-// versioned release, so its version stands for cuda/ptx, cuda/std/... that templates
-// include). A missing file hashes as "missing", which is itself a distinct key.
-const std::vector<std::string>& toolkit_key_headers();
-std::string toolkit_headers_hash(const std::string& include_dir);
-
-// NVRTC options with the -I<path> entries removed (absolute paths of this machine).
-std::vector<std::string> normalize_options(const std::vector<std::string>& nvrtc_options);
-// The normalized options jit::compile() will pass for `opts` (computed without compiling;
-// a test checks it against a real compile's option list, so the two cannot drift apart).
-std::vector<std::string> normalized_options(const jit::CompileOptions& opts);
-
-// The parts of the key that are the same for every kernel of a process, computed once
-// (hashing the toolkit headers is the only costly step, ~1 ms).
-struct ProcessInputs {
-  std::string attnjit_version;
-  std::string embedded_headers;
-  std::string toolkit_headers;
-  std::string nvrtc_version;
-  double setup_ms = 0;  // how long computing them took
+  // A text field's value, or nullptr when there is none of that name (or it is a list).
+  const std::string* text(std::string_view name) const noexcept;
 };
-// Throws Error(kCompile) when no toolkit is found (then nothing could be compiled either).
-const ProcessInputs& process_inputs();
 
-// All inputs for one recipe in this process.
-KeyInputs key_inputs(const jit::KernelRecipe& recipe);
+// 64 hex digits. Every part is length-prefixed, so moving bytes from one field to the
+// next, or from one list item to the next, is a different key.
+std::string cache_key(const KeyRecord& record);
+
+// The record as JSON ({"record_version": v, <name>: text or [texts], ...} in field order)
+// and back. The order of the fields is part of the record, so the JSON is ordered too.
+// key_record_from_json throws Error(kCache) naming a missing or mistyped field.
+nlohmann::ordered_json to_json(const KeyRecord& record);
+KeyRecord key_record_from_json(const nlohmann::ordered_json& j);
 
 }  // namespace attnjit::cache

@@ -12,7 +12,6 @@
 #include "attnjit/error.hpp"
 #include "attnjit/types.hpp"
 #include "cache/cache.hpp"
-#include "cache/entry.hpp"
 
 namespace attnjit::cache {
 namespace fs = std::filesystem;
@@ -110,11 +109,11 @@ Stats Cache::stats() const {
   return s;
 }
 
-VerifyReport Cache::verify() {
+VerifyReport Cache::verify(const EntryCheck& check) {
   VerifyReport r;
   for (const EntryInfo& e : entries()) {
     ++r.entries;
-    const ReadResult read = read_entry(e.dir, e.key, e.arch);
+    const ReadResult read = read_entry(e.dir, e.key, e.arch, check);
     if (read.status == ReadResult::Status::kOk) {
       ++r.ok;
       continue;

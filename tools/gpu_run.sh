@@ -7,8 +7,10 @@
 # Environment: ATTNJIT_COMMIT (recorded when the tree has no .git), BUILD_DIR
 # (default build-gpu), ATTNJIT_BENCH=0 to skip the benchmarks, ATTNJIT_TESTS=0 to skip the
 # tests (a bench-only call when one call would exceed the lease's per-call limit; the
-# summary then reports no test counts and FAILS), TEST_FILTER (Catch2 filter for the GPU
-# tests, default "[gpu]"), TUNE=1 to add the tuning sweep (tools/gpu_tune.sh).
+# summary then reports no test counts and FAILS), ATTNJIT_SANITIZE=1 to run
+# tools/gpu_sanitize.sh (compute-sanitizer; known reports in tools/sanitizer_known.txt),
+# TEST_FILTER (Catch2 filter for the GPU tests, default "[gpu]"), TUNE=1 to add the tuning
+# sweep (tools/gpu_tune.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-$PWD/out}}"
@@ -63,6 +65,9 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   # PyTorch SDPA with the cuDNN and flash backends in the same call.
   BENCH_TIMEOUT=400 bench mha_fwd
   timeout -s KILL 400 python3 tools/bench_mha_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_mha_torch.py failed"; status=1; }
+  # merge_states: its rows (each checked against float64 first), then the PyTorch peer.
+  bench merge_states
+  timeout -s KILL 120 python3 tools/bench_merge_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_merge_torch.py failed"; status=1; }
   for dt in bf16 e4m3; do
     bench tma_copy --shape rows=16384,cols=16384,dtype=$dt
   done
@@ -74,6 +79,14 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
              '{"block_m":64,"block_n":64,"stages":8}'; do
     bench tma_copy --shape rows=16384,cols=8192,dtype=bf16 --config "$cfg"
   done
+fi
+
+# compute-sanitizer over every kernel family at small sizes; reports not in
+# tools/sanitizer_known.txt fail the run (its own call on the lease: ATTNJIT_TESTS=0
+# ATTNJIT_BENCH=0 ATTNJIT_SANITIZE=1).
+if [ "${ATTNJIT_SANITIZE:-0}" = 1 ]; then
+  echo "== sanitizers"
+  bash tools/gpu_sanitize.sh "$BUILD_DIR/tests/attnjit_tests" "$OUT_DIR/sanitize" || status=1
 fi
 
 if [ "${TUNE:-0}" = 1 ]; then

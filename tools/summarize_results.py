@@ -127,6 +127,17 @@ def main():
                 print(f"torch[{b.get('impl')}] {mha_key(sh):<40} {b['us']:9.1f} us {b['tflops']:6.1f} TFLOP/s")
             else:
                 print(f"torch[{b.get('impl')}] {json.dumps(sh, separators=(',', ':'))}: {b.get('error')}")
+        elif b.get("op") == "merge_states":
+            sh = b["shape"]
+            name = f"{sh['tokens']}x{sh['heads']}x{sh['head_dim']} {sh['dtype']}{' log2' if sh.get('lse_log2') else ''}"
+            if "median_us" in b:
+                print(f"merge_states {name:<24}: {b['median_us']:8.1f} us {b['gbps']:6.0f} GB/s "
+                      f"({100 * b['ratio_to_copy']:4.0f}% of copy)  rel_l2 {b['check']['rel_l2']:.1e}")
+            else:
+                print(f"merge_states {name}: {b.get('error', 'no timing')}")
+        elif b.get("op") == "merge_states_torch":
+            print(f"torch[{b['impl']}] merge {b['tokens']}x{b['heads']}x{b['head_dim']} {b['dtype']}: "
+                  f"{b['median_us']:8.1f} us {b['gbps']:6.0f} GB/s")
         elif b.get("op") == "cache_load":
             keys = {k: v for k, v in b.items() if k.endswith("_ms") or "ms" in k}
             print("cache_load:", json.dumps(keys, separators=(",", ":"))[:600])

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "attnjit/error.hpp"
-#include "cache/cache.hpp"
 #include "driver/driver.hpp"
+#include "jit/cache_client.hpp"
 #include "jit/single_flight.hpp"
 
 namespace attnjit::jit {
@@ -129,7 +129,7 @@ const Kernel& build_kernel(const KernelKey& key, const std::function<KernelRecip
   return table().get_or_create(key, [&] {
     KernelRecipe r = recipe();
     // The disk cache (verified hit, or compile and publish); ATTNJIT_CACHE=off skips it.
-    return std::make_unique<Kernel>(cache::runtime_compile(r), r.dynamic_smem_bytes);
+    return std::make_unique<Kernel>(runtime_compile(r), r.dynamic_smem_bytes);
   });
 }
 

@@ -95,7 +95,7 @@ const Kernel* find_kernel(const KernelKey& key) noexcept;
 
 // Slow path: produces and loads the kernel for `key` once (single-flight: concurrent
 // callers with the same key wait for the first). The cubin comes from the disk cache
-// (cache/cache.hpp: a verified entry, else NVRTC and publish), so a fresh process that
+// (jit/cache_client.hpp: a verified entry, else NVRTC and publish), so a fresh process that
 // finds the kernel on disk does not compile. A failed build is not remembered, so a
 // later call retries.
 const Kernel& build_kernel(const KernelKey& key, const std::function<KernelRecipe()>& recipe);
@@ -108,7 +108,7 @@ const Kernel& get_kernel(const KernelKey& key, RecipeFn&& recipe) {
 }
 
 // Compile without loading (works without a GPU); touches neither the table nor the disk
-// cache (cache::Cache::ensure_compiled is the cached equivalent).
+// cache (jit::ensure_compiled is the cached equivalent).
 CompiledKernel compile_recipe(const KernelRecipe& recipe);
 
 }  // namespace attnjit::jit

@@ -12,6 +12,8 @@
 #include "cache/entry.hpp"
 #include "cache/hash.hpp"
 #include "cache/root.hpp"
+#include "jit/cache_client.hpp"
+#include "jit/key_record.hpp"
 #include "support/catch.hpp"
 #include "support/errors.hpp"
 #include "test_cache_support.hpp"
@@ -36,17 +38,26 @@ void set_mtime(const std::string& path, time_t t) {
   REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
 }
 
+std::string_view cubin_of(const jit::CompiledKernel& k) { return {k.cubin.data(), k.cubin.size()}; }
+
+// What a fresh process finds: a new Cache on `root`.
+jit::CachedKernel compile_in(const std::string& root, const jit::KernelRecipe& recipe) {
+  cache::Cache c = cache::Cache::open(root);
+  return jit::ensure_compiled(c, recipe);
+}
+
 // A synthetic entry (no NVRTC): distinct record, `bytes` of fake cubin.
 std::string fake_entry(const cache::Cache& c, const std::string& tag, size_t bytes) {
-  cache::KeyInputs in = cache::key_inputs(tma_recipe());
+  jit::KeyInputs in = jit::key_inputs(tma_recipe());
   in.config_json = tag;
   jit::CompiledKernel k;
   k.op = "fake";
   k.arch = kSm90a;
   k.lowered_name = "_Z4fakev";
   k.cubin.assign(bytes, 'x');
-  const std::string key = cache::cache_key(in);
-  REQUIRE(cache::publish_entry(c.root(), key, in, k, 0));
+  const std::string key = jit::cache_key(in);
+  REQUIRE(cache::publish_entry(c.root(), key, jit::to_record(in), cubin_of(k),
+                               jit::entry_meta(in, k, 0)));
   return cache::entry_dir(c.root(), in.arch, key);
 }
 
@@ -60,8 +71,8 @@ TEST_CASE("cache: a miss compiles and publishes, the next lookup hits", "[cache]
   CHECK((st.st_mode & 0777) == 0700);  // created private
   CHECK_FALSE(c.settings().read_only);
 
-  const cache::Compiled first = c.ensure_compiled(tma_recipe());
-  CHECK(first.from == cache::Compiled::From::kCompiled);
+  const jit::CachedKernel first = jit::ensure_compiled(c, tma_recipe());
+  CHECK(first.from == jit::CachedKernel::From::kCompiled);
   const std::string dir = cache::entry_dir(c.root(), "sm_90a", first.key);
   CHECK(dir == (fs::path(c.root()) / "sm_90a" / first.key.substr(0, 2) / first.key).string());
   for (const char* f : {cache::kCubinFile, cache::kMetaFile, cache::kMarkerFile})
@@ -79,21 +90,21 @@ TEST_CASE("cache: a miss compiles and publishes, the next lookup hits", "[cache]
   CHECK(meta["cubin_sha256"] == cache::sha256_hex(test::read_text(fs::path(dir) / "kernel.cubin")));
   CHECK(meta["record"]["source"] == jit::translation_unit(tma_recipe().source));
 
-  const cache::Compiled again = c.ensure_compiled(tma_recipe());
+  const jit::CachedKernel again = jit::ensure_compiled(c, tma_recipe());
   CHECK(again.hit());
   CHECK(again.key == first.key);
   CHECK(again.kernel.cubin == first.kernel.cubin);
   CHECK(again.kernel.lowered_name == first.kernel.lowered_name);
   CHECK(again.kernel.ptxas.registers == first.kernel.ptxas.registers);
   // A second process (a new Cache on the same root) hits too.
-  CHECK(cache::Cache::open(scratch.root()).ensure_compiled(tma_recipe()).hit());
+  CHECK(compile_in(scratch.root(), tma_recipe()).hit());
 }
 
 TEST_CASE("cache: flipped or truncated cubin, meta and marker are quarantined and rebuilt",
           "[cache][nvrtc]") {
   ScratchDir scratch;
   cache::Cache c = cache::Cache::open(scratch.root());
-  const cache::Compiled good = c.ensure_compiled(tma_recipe());
+  const jit::CachedKernel good = jit::ensure_compiled(c, tma_recipe());
   const fs::path dir = cache::entry_dir(c.root(), "sm_90a", good.key);
   const std::string files[] = {cache::kCubinFile, cache::kMetaFile, cache::kMarkerFile};
   size_t quarantined = 0;
@@ -112,11 +123,11 @@ TEST_CASE("cache: flipped or truncated cubin, meta and marker are quarantined an
       }
       CHECK(cache::read_entry(dir.string(), good.key, "sm_90a").status ==
             cache::ReadResult::Status::kCorrupt);
-      const cache::Compiled rebuilt = c.ensure_compiled(tma_recipe());
+      const jit::CachedKernel rebuilt = jit::ensure_compiled(c, tma_recipe());
       CHECK_FALSE(rebuilt.hit());  // never loaded
       CHECK(rebuilt.kernel.cubin == good.kernel.cubin);
       CHECK(count_dirs(fs::path(c.root()) / "quarantine") == ++quarantined);
-      CHECK(c.ensure_compiled(tma_recipe()).hit());  // the rebuilt entry is good
+      CHECK(jit::ensure_compiled(c, tma_recipe()).hit());  // the rebuilt entry is good
     }
   }
   // The quarantine says why.
@@ -131,7 +142,7 @@ TEST_CASE("cache: flipped or truncated cubin, meta and marker are quarantined an
 TEST_CASE("cache: a meta.json that does not match its key is refused", "[cache][nvrtc]") {
   ScratchDir scratch;
   cache::Cache c = cache::Cache::open(scratch.root());
-  const cache::Compiled good = c.ensure_compiled(tma_recipe());
+  const jit::CachedKernel good = jit::ensure_compiled(c, tma_recipe());
   const fs::path dir = cache::entry_dir(c.root(), "sm_90a", good.key);
   nlohmann::json meta = nlohmann::json::parse(test::read_text(dir / "meta.json"));
   SECTION("a record edited to claim another config") {
@@ -165,7 +176,7 @@ TEST_CASE("cache: a meta.json that does not match its key is refused", "[cache][
 TEST_CASE("cache: what a killed publisher leaves is never loaded", "[cache][nvrtc]") {
   ScratchDir scratch;
   cache::Cache c = cache::Cache::open(scratch.root());
-  const std::string key = cache::cache_key(cache::key_inputs(tma_recipe()));
+  const std::string key = jit::cache_key(jit::key_inputs(tma_recipe()));
   const fs::path dir = cache::entry_dir(c.root(), "sm_90a", key);
   SECTION("a half-written entry in tmp/ is invisible") {
     const fs::path tmp = fs::path(c.root()) / "tmp" / (key.substr(0, 16) + "-999-0-0");
@@ -175,8 +186,8 @@ TEST_CASE("cache: what a killed publisher leaves is never loaded", "[cache][nvrt
                      "ELF partial");
     CHECK(c.entries().empty());
     CHECK(c.stats().tmp_dirs == 1);
-    CHECK_FALSE(c.ensure_compiled(tma_recipe()).hit());
-    CHECK(c.ensure_compiled(tma_recipe()).hit());
+    CHECK_FALSE(jit::ensure_compiled(c, tma_recipe()).hit());
+    CHECK(jit::ensure_compiled(c, tma_recipe()).hit());
     // prune leaves recent tmp dirs (they may be a live publish) and deletes stale ones.
     CHECK(c.prune(cache::kDefaultMaxSize).cleaned == 0);
     set_mtime(tmp.string(), ::time(nullptr) - 7200);
@@ -184,9 +195,9 @@ TEST_CASE("cache: what a killed publisher leaves is never loaded", "[cache][nvrt
     CHECK_FALSE(fs::exists(tmp));
   }
   SECTION("an entry directory without its marker is quarantined") {
-    const cache::Compiled good = cache::Cache::open(scratch.root()).ensure_compiled(tma_recipe());
+    const jit::CachedKernel good = compile_in(scratch.root(), tma_recipe());
     fs::remove(dir / cache::kMarkerFile);
-    const cache::Compiled again = c.ensure_compiled(tma_recipe());
+    const jit::CachedKernel again = jit::ensure_compiled(c, tma_recipe());
     CHECK_FALSE(again.hit());
     CHECK(count_dirs(fs::path(c.root()) / "quarantine") == 1);
     CHECK(fs::exists(dir / cache::kMarkerFile));
@@ -197,14 +208,15 @@ TEST_CASE("cache: losing a publish race keeps the winner's entry", "[cache][nvrt
   ScratchDir scratch;
   cache::Cache c = cache::Cache::open(scratch.root());
   const jit::KernelRecipe r = tma_recipe();
-  const cache::KeyInputs in = cache::key_inputs(r);
-  const std::string key = cache::cache_key(in);
+  const jit::KeyInputs in = jit::key_inputs(r);
+  const std::string key = jit::cache_key(in);
   const jit::CompiledKernel k = jit::compile_recipe(r);
-  CHECK(cache::publish_entry(c.root(), key, in, k, r.dynamic_smem_bytes));
-  CHECK_FALSE(cache::publish_entry(c.root(), key, in, k, r.dynamic_smem_bytes));  // lost: fine
+  const nlohmann::ordered_json meta = jit::entry_meta(in, k, r.dynamic_smem_bytes);
+  CHECK(cache::publish_entry(c.root(), key, jit::to_record(in), cubin_of(k), meta));
+  CHECK_FALSE(cache::publish_entry(c.root(), key, jit::to_record(in), cubin_of(k), meta));  // lost: fine
   CHECK(count_dirs(fs::path(c.root()) / "tmp") == 0);
   CHECK(c.verify().ok == 1);
-  CHECK(c.ensure_compiled(r).hit());
+  CHECK(jit::ensure_compiled(c, r).hit());
 }
 
 TEST_CASE("cache: prune removes least recently used entries first", "[cache]") {
@@ -235,11 +247,11 @@ TEST_CASE("cache: prune removes least recently used entries first", "[cache]") {
 TEST_CASE("cache: a hit from disk stamps the entry's recency", "[cache][nvrtc]") {
   ScratchDir scratch;
   cache::Cache c = cache::Cache::open(scratch.root());
-  const cache::Compiled first = c.ensure_compiled(tma_recipe());
+  const jit::CachedKernel first = jit::ensure_compiled(c, tma_recipe());
   const std::string dir = cache::entry_dir(c.root(), "sm_90a", first.key);
   set_mtime(dir, 1000000);
   REQUIRE(c.entries().front().last_used == 1000000);
-  CHECK(c.ensure_compiled(tma_recipe()).hit());
+  CHECK(jit::ensure_compiled(c, tma_recipe()).hit());
   CHECK(c.entries().front().last_used > 1000000);
 }
 
@@ -250,7 +262,7 @@ TEST_CASE("cache: the size cap prunes when a publish exceeds it", "[cache][nvrtc
   CHECK(c.settings().max_size == 30 << 10);
   const std::string old = fake_entry(c, "old", 20000);
   set_mtime(old, ::time(nullptr) - 1000);
-  c.ensure_compiled(tma_recipe());  // ~15 KB more: over the cap, the old one goes
+  jit::ensure_compiled(c, tma_recipe());  // ~15 KB more: over the cap, the old one goes
   CHECK_FALSE(fs::exists(old));
   CHECK(c.entries().size() == 1);
 }
@@ -306,25 +318,25 @@ TEST_CASE("cache: strict mode turns a miss into an error with the precompile lin
     cache::Cache c = cache::Cache::open(scratch.root());
     CHECK(c.settings().strict);
     const std::string config = tma_recipe().source.config_json;
-    REQUIRE_ERROR(c.ensure_compiled(tma_recipe()), ErrorKind::kCache, "ATTNJIT_NO_COMPILE",
+    REQUIRE_ERROR(jit::ensure_compiled(c, tma_recipe()), ErrorKind::kCache, "ATTNJIT_NO_COMPILE",
                   "op 'tma_copy'", config.c_str(), "sm_90a",
                   "attnjit precompile --op tma_copy --config '", "--arch sm_90a --cache-dir");
     CHECK(c.entries().empty());
   }
-  cache::Cache::open(scratch.root()).ensure_compiled(tma_recipe());
+  compile_in(scratch.root(), tma_recipe());
   ScopedEnv strict("ATTNJIT_NO_COMPILE", "1");
-  CHECK(cache::Cache::open(scratch.root()).ensure_compiled(tma_recipe()).hit());
+  CHECK(compile_in(scratch.root(), tma_recipe()).hit());
 }
 
 TEST_CASE("cache: a read-only root serves hits and compiles misses into memory", "[cache][nvrtc]") {
   ScratchDir scratch;
-  cache::Cache::open(scratch.root()).ensure_compiled(tma_recipe());
+  compile_in(scratch.root(), tma_recipe());
   auto check_read_only = [&](cache::Cache c) {
     REQUIRE(c.settings().read_only);
-    CHECK(c.ensure_compiled(tma_recipe()).hit());
+    CHECK(jit::ensure_compiled(c, tma_recipe()).hit());
     const time_t stamp = c.entries().front().last_used;
-    const cache::Compiled miss = c.ensure_compiled(tma_recipe({{"stages", 3}}));
-    CHECK(miss.from == cache::Compiled::From::kCompiledNotStored);
+    const jit::CachedKernel miss = jit::ensure_compiled(c, tma_recipe({{"stages", 3}}));
+    CHECK(miss.from == jit::CachedKernel::From::kCompiledNotStored);
     CHECK_FALSE(miss.kernel.cubin.empty());
     CHECK(c.entries().size() == 1);  // nothing written
     CHECK(c.entries().front().last_used == stamp);
@@ -355,8 +367,8 @@ TEST_CASE("cache: a kernel that cannot be stored is still returned", "[cache][nv
   ScratchDir scratch;
   cache::Cache c = cache::Cache::open(scratch.root());
   test::write_text(fs::path(c.root()) / "sm_90a", "a file where the arch folder goes");
-  const cache::Compiled r = c.ensure_compiled(tma_recipe());
-  CHECK(r.from == cache::Compiled::From::kCompiledNotStored);
+  const jit::CachedKernel r = jit::ensure_compiled(c, tma_recipe());
+  CHECK(r.from == jit::CachedKernel::From::kCompiledNotStored);
   CHECK_FALSE(r.store_error.empty());
   CHECK_FALSE(r.kernel.cubin.empty());
   CHECK(c.entries().empty());

@@ -3,10 +3,13 @@
 // in the middle of a publish. Uses tma_copy only (its compiles take ~50-100 ms).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
+#include "attnjit/precompile.hpp"
 #include "support/catch.hpp"
+#include "support/errors.hpp"
 #include "test_cache_support.hpp"
 
 using namespace attnjit;
@@ -254,4 +257,35 @@ TEST_CASE("precompile: a variant that cannot be stored counts as failed", "[cli]
   const nlohmann::json j = test::json_of(r);
   CHECK(j["failed"] == 1);
   CHECK(j["variants"][0]["error"].get<std::string>().find("sm_90a") != std::string::npos);
+}
+
+// The library's precompile (attnjit/precompile.hpp), what an engine calls at build time:
+// the same kernel, key and cache entry as the CLI's --op/--config line.
+TEST_CASE("precompile(): the public API compiles into the cache, then hits", "[cache][nvrtc]") {
+  ScratchDir s;
+  const std::string config = R"({"dtype":"bf16","block_m":64,"block_n":64,"stages":2})";
+  const PrecompiledKernel first = precompile("tma_copy", config, kSm90a, s.root());
+  CHECK_FALSE(first.cache_hit);
+  CHECK(first.op == "tma_copy");
+  CHECK(first.arch == "sm_90a");
+  CHECK(first.cache_dir == s.root());
+  CHECK(first.key.size() == 64);
+  CHECK(first.registers > 0);
+  CHECK(first.cubin_bytes > 0);
+  const PrecompiledKernel again = precompile("tma_copy", config, kSm90a, s.root());
+  CHECK(again.cache_hit);
+  CHECK(again.key == first.key);
+  CHECK(again.config == first.config);
+  // The CLI finds the same entry.
+  const auto cli = run_cli("precompile --json --op tma_copy --config '" + config + "' " + dir_arg(s));
+  CHECK(test::json_of(cli)["variants"][0]["key"] == first.key);
+  CHECK(test::json_of(cli)["cache_hits"] == 1);
+  const std::vector<std::string> ops = kernel_ops();
+  CHECK(std::find(ops.begin(), ops.end(), "mla_decode_combine") != ops.end());
+  REQUIRE_ERROR(precompile("no_such_op", "{}", kSm90a, s.root()), ErrorKind::kUnsupportedConfig,
+                "no_such_op");
+  REQUIRE_ERROR(precompile("tma_copy", R"({"block_m": 7})", kSm90a, s.root()),
+                ErrorKind::kUnsupportedConfig, "block_m");
+  REQUIRE_ERROR(precompile("tma_copy", "not json", kSm90a, s.root()),
+                ErrorKind::kUnsupportedConfig, "not a JSON object");
 }

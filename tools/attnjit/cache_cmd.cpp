@@ -13,6 +13,7 @@
 #include "cache/cache.hpp"
 #include "cache/entry.hpp"
 #include "cache/root.hpp"
+#include "jit/cache_client.hpp"
 
 namespace attnjit::cli {
 namespace {
@@ -105,7 +106,11 @@ int ls(cache::Cache& c, bool json) {
 }
 
 int verify(cache::Cache& c, bool json) {
-  const cache::VerifyReport r = c.verify();
+  // The cache's own checks, and that each entry still decodes into a loadable kernel.
+  const cache::VerifyReport r = c.verify([](const cache::Entry& e) {
+    jit::CompiledKernel k;
+    return jit::kernel_from_entry(e, k);
+  });
   if (json) {
     nlohmann::ordered_json j;
     j["entries"] = r.entries;

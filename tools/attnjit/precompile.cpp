@@ -22,6 +22,7 @@
 #include "attnjit/error.hpp"
 #include "cache/cache.hpp"
 #include "driver/driver.hpp"
+#include "jit/cache_client.hpp"
 #include "ops/registry.hpp"
 #include "tune/tuned_variants.hpp"
 #include "tuning/db.hpp"
@@ -210,7 +211,7 @@ int run(const PrecompileOptions& o) {
       Outcome& r = results[i];
       try {
         const jit::KernelRecipe recipe = v.op->recipe(v.config, v.arch);
-        cache::Compiled c = cache.ensure_compiled(recipe);
+        jit::CachedKernel c = jit::ensure_compiled(cache, recipe);
         if (!c.store_error.empty()) throw std::runtime_error(c.store_error);
         r.status = c.hit() ? Outcome::kHit : Outcome::kCompiled;
         r.key = c.key;
@@ -274,7 +275,7 @@ int run(const PrecompileOptions& o) {
     out["wall_ms"] = wall_ms;
     // Per-process key setup (toolkit and embedded header hashes), paid once by the first
     // miss or hit; hits' ms include reading and verifying the entry.
-    out["key_setup_ms"] = variants.empty() ? 0.0 : cache::process_inputs().setup_ms;
+    out["key_setup_ms"] = variants.empty() ? 0.0 : jit::process_inputs().setup_ms;
     out["hit_ms_mean"] = n_hits ? hit_sum / static_cast<double>(n_hits) : 0.0;
     out["hit_ms_max"] = hit_max;
     if (o.load) {

@@ -1,9 +1,11 @@
 #pragma once
 // attnjit's public API in one include.
 #include "attnjit/error.hpp"
+#include "attnjit/ops/merge_states.hpp"
 #include "attnjit/ops/mha_fwd.hpp"
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/tma_copy.hpp"
+#include "attnjit/precompile.hpp"
 #include "attnjit/runtime.hpp"
 #include "attnjit/tensor.hpp"
 #include "attnjit/tma.hpp"

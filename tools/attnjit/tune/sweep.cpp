@@ -18,6 +18,7 @@
 #include "attnjit/error.hpp"
 #include "cache/cache.hpp"
 #include "driver/driver.hpp"
+#include "jit/cache_client.hpp"
 #include "process.hpp"
 #include "scheduler.hpp"
 
@@ -158,7 +159,7 @@ SweepResult run_sweep(const SweepOptions& o) {
         try {
           const json config = split_candidate(*o.op, cands[i]).first;
           for (const ops::KernelVariant& v : o.op->tuning.variants(config)) {
-            const cache::Compiled c = cache.ensure_compiled(v.op->recipe(v.config, arch));
+            const jit::CachedKernel c = jit::ensure_compiled(cache, v.op->recipe(v.config, arch));
             (void)c;
           }
         } catch (const std::exception& e) {
