@@ -1,5 +1,5 @@
 #pragma once
-// The content-addressed disk cache of cubins (contract: DESIGN.md, "The disk cache
+// The content-addressed disk cache of cubins (contract: docs/design.md, "The disk cache
 // contract"; user guide: docs/cache.md).
 //
 // The cache stores bytes by key and knows nothing of how they were made: the JIT builds

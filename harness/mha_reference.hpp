@@ -4,7 +4,7 @@
 // Pure C++ (no Catch2, no driver), so that a benchmark can link it too and never report a
 // wrong kernel's speed. Only the enums of the public header are used from the library.
 //
-// Conventions (DESIGN.md, "Conventions shared by every op"; attnjit/ops/mha_fwd.hpp):
+// Conventions (docs/design.md, "Conventions shared by every op"; attnjit/ops/mha_fwd.hpp):
 //   - query i of a sequence with s_q queries and s_k keys is aligned bottom-right:
 //     i' = i + s_k − s_q; key j is visible when 0 ≤ j < s_k and the mask allows it:
 //       causal j ≤ i';  window (L, R): i' − L ≤ j ≤ i' + R (−1 = unbounded);

@@ -84,7 +84,7 @@ class MlaDecodeProblem final : public Problem {
 
   double bytes() const override;  // cache rows read once + q + out (lse not counted)
   double flops() const override;  // 2 · (q·k pairs) · (576 + 512), causal for q_len > 1
-  // DESIGN.md's targets on the H100: h = 16 memory-bound, h = 128 with q_len = 2
+  // docs/performance.md's targets on the H100: h = 16 memory-bound, h = 128 with q_len = 2
   // compute-bound.
   nlohmann::json target() const override;
 

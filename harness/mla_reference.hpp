@@ -3,7 +3,7 @@
 // comparison that judges a GPU result against it. Pure C++ (no Catch2, no driver) so
 // that the benchmark can link it too and never report a wrong kernel's speed.
 //
-// Conventions (DESIGN.md, "Conventions shared by every op"):
+// Conventions (docs/design.md, "Conventions shared by every op"):
 //   - scores s_j = softmax_scale · q·k_j over all 576 dims; V = the first 512 dims of k_j;
 //   - causal when q_len > 1: query t of a sequence of length L sees keys 0 .. L-q_len+t;
 //   - a row that sees no key: out = 0 exactly, lse = -inf;

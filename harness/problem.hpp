@@ -69,7 +69,7 @@ class Problem {
   // bit, or within the op's rounding), else what differs. The tune worker's check.
   virtual std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const = 0;
 
-  virtual double bytes() const = 0;  // the bytes a call must move at least (DESIGN.md's rule)
+  virtual double bytes() const = 0;  // the bytes a call must move at least (docs/performance.md's rule)
   virtual double flops() const = 0;  // 0 for an op without arithmetic
   // The design's target for this case, {"metric": "gbps"|"tflops", "h100": value}, or null.
   virtual nlohmann::json target() const { return nullptr; }

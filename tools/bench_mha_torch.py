@@ -14,12 +14,12 @@ instead of numbers; the run goes on.
 Layout: q/k/v are allocated [b, s, h, d] like attnjit's padded layout and handed to SDPA
 as transpose(1, 2) views ([b, h, s, d] with the last dim contiguous, no copy).
 Masks: causal rows have s_q = s_k, where SDPA's is_causal (top-left aligned) and
-DESIGN.md's bottom-right rule agree. GQA (the decode row): enable_gqa=True where the
+docs/design.md's bottom-right rule agree. GQA (the decode row): enable_gqa=True where the
 torch version and backend take it; else K/V heads are expanded with repeat_interleave
 inside the timed call (what a PyTorch user has to do each step); "gqa" says which.
 
 Timing: CUDA events around each call, warm-up first, median of --iters, inputs rotated
-over --sets copies so that no call finds its inputs in L2. FLOPs follow DESIGN.md:
+over --sets copies so that no call finds its inputs in L2. FLOPs follow docs/performance.md:
 2 * h * sum of visible (query, key) pairs * (d_qk + d_v), pairs = s_q * s_k per head and
 sequence, s(s+1)/2 for causal at s_q = s_k. Bytes (for the memory-bound decode row) are
 q + k + v read once + out written.

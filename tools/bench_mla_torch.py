@@ -11,7 +11,7 @@ since the latent KV head is shared by all h heads, as in MQA):
          fp32 softmax, out = bmm(P, V) with V = the first 512 dims of each cache row;
   sdpa - the same gather, then F.scaled_dot_product_attention with a 576-dim K, a
          512-dim V and a boolean mask (PyTorch picks the backend).
-Masking follows DESIGN.md: cache length L includes the q_len new tokens; query t sees
+Masking follows docs/design.md: cache length L includes the q_len new tokens; query t sees
 keys 0 .. L - q_len + t; a row with no key gives 0.
 
 Timing: CUDA events around each call (gather and mask included: they are part of the

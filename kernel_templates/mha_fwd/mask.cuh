@@ -3,7 +3,7 @@
 // per-row visibility and score rules. Everything a CTA derives from GPU-resident lengths is
 // clamped here, so the kernel stays inside q/out and the page pool whatever they hold.
 //
-// Visibility (DESIGN.md): query position i of a sequence, aligned bottom-right
+// Visibility (docs/design.md): query position i of a sequence, aligned bottom-right
 // i' = i + s_k − s_q, sees keys j with lo(i') ≤ j ≤ hi(i') and 0 ≤ j < s_k:
 //   none           lo = 0                     hi = s_k − 1
 //   causal         lo = 0                     hi = i'
@@ -140,7 +140,7 @@ ATTNJIT_DEVICE RowRule<P> row_rule(const Work<P>& w, const Args& a, int local_ro
   return r;
 }
 
-// Raw q·k → score in log2 units, score mod applied (before masking, as DESIGN.md says).
+// Raw q·k → score in log2 units, score mod applied (before masking, as docs/design.md says).
 template <auto P>
 ATTNJIT_DEVICE float score_log2(float raw, int key, float ip, float slope_log2, const Args& a) {
   if constexpr (P.score_mod == Mod::kSoftcap) {

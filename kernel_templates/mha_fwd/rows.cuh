@@ -22,10 +22,10 @@ struct RowState {
 
 // Share of the exponentials on the FMA pipe (one in kExp2PolyEvery; 0: none). At d64 the
 // exponentials take as long on the MUFU as the tile's GEMMs on the tensor cores, so some go
-// to a polynomial; how many is measured, per key tile, on an H100 (docs/bench-notes.md,
-// session 8): 1 in 5 for 128 and 208 keys (against 1 in 3: d64 1k −3 %, 4k −4 %,
-// 8k −2 %, causal 1k −1.3 %; 1 in 2 lost 7 %), 1 in 3 for the other tiles (192 keys, causal
-// 4k and 8k: 1 in 5 lost 1.5–2 %).
+// to a polynomial; how many is measured, per key tile, on an H100 (docs/performance.md,
+// "What the heuristics rest on"): 1 in 5 for 128 and 208 keys (against 1 in 3: d64 1k
+// −3 %, 4k −4 %, 8k −2 %, causal 1k −1.3 %; 1 in 2 lost 7 %), 1 in 3 for the other tiles
+// (192 keys, causal 4k and 8k: 1 in 5 lost 1.5–2 %).
 template <auto P>
 inline constexpr int kExp2PolyEvery =
     P.head_dim > 64 ? 0 : (P.block_n == 128 || P.block_n == 208 ? 5 : 3);

@@ -1,6 +1,6 @@
 #pragma once
 // The disk cache key record of a kernel: everything that decides its cubin's bytes, as
-// the cache contract lists it (DESIGN.md, docs/cache.md "The key"). The JIT builds it;
+// the cache contract lists it (docs/design.md, docs/cache.md "The key"). The JIT builds it;
 // the cache only hashes and stores it (cache/key.hpp). Every input is explicit
 // (KeyInputs), so tests vary one at a time; key_inputs() fills them for a recipe in this
 // process.

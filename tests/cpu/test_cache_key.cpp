@@ -184,7 +184,7 @@ TEST_CASE("cache key: the record's hashing and layout are pinned", "[cache][key]
         R"("--ptxas-options=--verbose"]})");
 }
 
-// Every default variant's record carries the contract's fields (DESIGN.md, "The disk
+// Every default variant's record carries the contract's fields (docs/design.md, "The disk
 // cache contract"), in the pinned order, with this process's values.
 TEST_CASE("cache key: every default variant's record has the contract's fields",
           "[cache][key]") {

@@ -8,6 +8,9 @@
 //   pv_fragment.cuh   : wgmma accumulators → bf16/f16 RS A fragments → second wgmma (P·V);
 //   pdl.cuh           : programmatic dependent launch (griddepcontrol launch/wait).
 // Test-kernel barrier waits trap after 2 s instead of hanging (testing/wait_or_trap.cuh).
+//
+// The kernels' params, cases and recipes: device_library_kernels.hpp; their SASS checks
+// (no GPU needed): test_device_library_sass.cpp.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -27,115 +30,12 @@
 #include "support/catch.hpp"
 #include "support/gpu.hpp"
 #include "support/sass.hpp"
+#include "gpu/device_library_kernels.hpp"
 
 using namespace attnjit;
+using namespace attnjit::test::device_lib;
 
 namespace {
-
-// Test-family op ids for these kernels: >= 1100.
-constexpr uint32_t kMulticastOpId = 1100;
-constexpr uint32_t kWsPipelineOpId = 1101;
-constexpr uint32_t kPvFragmentOpId = 1102;
-constexpr uint32_t kPdlPrimaryOpId = 1103;
-constexpr uint32_t kPdlDependentOpId = 1104;
-
-uint32_t round_up(uint32_t x, uint32_t to) { return (x + to - 1) / to * to; }
-
-// A recipe for a kernel template whose params struct has int fields only.
-jit::KernelRecipe int_recipe(const char* op, const char* header, const char* kernel,
-                             const char* params_type,
-                             const std::vector<std::pair<const char*, int>>& fields,
-                             unsigned dynamic_smem) {
-  jit::KernelRecipe r;
-  r.source.op = op;
-  r.source.header = header;
-  r.source.kernel = kernel;
-  r.source.params_type = params_type;
-  std::string json = "{";
-  for (const auto& [name, value] : fields) {
-    r.source.args.push_back({name, std::to_string(value)});
-    json += fmt::format("{}\"{}\":{}", json.size() > 1 ? "," : "", name, value);
-  }
-  r.source.config_json = json + "}";
-  r.options.arch = kSm90a;
-  r.dynamic_smem_bytes = dynamic_smem;
-  return r;
-}
-
-// Random bf16 bit patterns of values in [-1, 1].
-std::vector<uint16_t> random_bf16(size_t count) {
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<uint16_t> v(count);
-  for (auto& x : v) x = test::float_to_bf16(uniform(test::rng()));
-  return v;
-}
-
-TmaDescriptor map_2d(const test::DeviceBuffer& buf, DType t, int64_t rows, int64_t cols,
-                     uint32_t box_rows, uint32_t box_cols, Swizzle sw, const char* name) {
-  TmaMapSpec spec;
-  spec.tensor = TensorView::contiguous(buf.data(), t, {rows, cols});
-  spec.box[0] = box_rows;
-  spec.box[1] = box_cols;
-  spec.swizzle = sw;
-  return encode_tma(spec, name);
-}
-
-// =========================================================================================
-// 1. TMA multicast in a 2-CTA cluster (testing/tma_multicast.cuh)
-// =========================================================================================
-
-// Host twin of attnjit::testing::TmaMulticastParams, field for field.
-struct TmaMulticastParams {
-  int32_t rank;          // 2 or 3: tensor-map rank / multicast load flavour
-  int32_t rows;          // tile rows (each CTA loads half)
-  int32_t cols;          // tile columns, bf16
-  int32_t swizzle;       // 0, 32, 64, 128 (bytes)
-  int32_t stages;        // ring depth
-  int32_t split_expect;  // 1: expect_tx + arrive
-};
-static_assert(std::has_unique_object_representations_v<TmaMulticastParams>);
-
-const std::vector<TmaMulticastParams>& multicast_cases() {
-  static const std::vector<TmaMulticastParams> list = {
-      {2, 128, 64, 128, 2, 0},  // 128B swizzle, one box per half
-      {2, 64, 128, 64, 3, 1},   // 64B swizzle, 4 boxes per half, split expect-tx
-      {3, 128, 64, 128, 4, 0},  // 3-D map
-      {3, 32, 64, 32, 1, 1},    // 32B swizzle, one stage (every tile waits on the peer)
-      {2, 256, 64, 0, 2, 0},    // no swizzle, 128-row halves
-      {2, 16, 64, 128, 8, 0},   // 8-row halves (one swizzle atom), deep ring
-      {3, 512, 64, 128, 2, 1},  // 256-row halves: the largest box
-  };
-  return list;
-}
-
-std::string describe(const TmaMulticastParams& p) {
-  return fmt::format("multicast {}d tile {}x{} swizzle {} stages {}{}", p.rank, p.rows, p.cols,
-                     p.swizzle, p.stages, p.split_expect ? " split-expect" : "");
-}
-
-uint32_t multicast_tile_bytes(const TmaMulticastParams& p) {
-  return static_cast<uint32_t>(p.rows * p.cols * 2);
-}
-
-// Mirrors kTmaMulticastSmemBytes: tiles (1024-aligned, whole KiB) + 2·stages barriers,
-// rounded to the struct's 1024 alignment, + 1024 realignment slack.
-unsigned multicast_smem_bytes(const TmaMulticastParams& p) {
-  const uint32_t s = static_cast<uint32_t>(p.stages);
-  return round_up(s * multicast_tile_bytes(p) + 16u * s, 1024) + 1024;
-}
-
-jit::KernelRecipe multicast_recipe(const TmaMulticastParams& p) {
-  return int_recipe("test_tma_multicast", "testing/tma_multicast.cuh",
-                    "attnjit::testing::tma_multicast_kernel",
-                    "attnjit::testing::TmaMulticastParams",
-                    {{"rank", p.rank},
-                     {"rows", p.rows},
-                     {"cols", p.cols},
-                     {"swizzle", p.swizzle},
-                     {"stages", p.stages},
-                     {"split_expect", p.split_expect}},
-                    multicast_smem_bytes(p));
-}
 
 void run_multicast(const TmaMulticastParams& p) {
   constexpr int kClusters = 4, kTilesPerCluster = 40;  // 40 tiles: phases wrap >= 5 times
@@ -202,48 +102,6 @@ void run_multicast(const TmaMulticastParams& p) {
   fmt::print("{:<52} wrong elements {} in {} of {} tile halves{}{}\n", describe(p), wrong,
              wrong_halves, tiles * 4, first.empty() ? "" : "; first: ", first);
   CHECK(wrong == 0);
-}
-
-// =========================================================================================
-// 2. Warp-specialized producer/consumer pipeline (testing/ws_pipeline.cuh)
-// =========================================================================================
-
-struct WsPipelineParams {
-  int32_t n;         // C columns: 64 or 128
-  int32_t stages;    // ring depth
-  int32_t pingpong;  // consumers alternate through named barriers
-};
-static_assert(std::has_unique_object_representations_v<WsPipelineParams>);
-
-const std::vector<WsPipelineParams>& ws_cases() {
-  static const std::vector<WsPipelineParams> list = {
-      {64, 1, 0},   // one stage: producer and consumers strictly alternate
-      {64, 2, 1},   //
-      {64, 3, 0},   //
-      {64, 7, 1},   // deep ring, odd depth
-      {128, 2, 0},  //
-      {128, 3, 1},  //
-      {128, 4, 1},  //
-  };
-  return list;
-}
-
-std::string describe(const WsPipelineParams& p) {
-  return fmt::format("ws_pipeline n={} stages={}{}", p.n, p.stages, p.pingpong ? " pingpong" : "");
-}
-
-// Mirrors kWsPipelineSmemBytes: A ring, B ring, f32 C staging, 2·stages barriers.
-unsigned ws_smem_bytes(const WsPipelineParams& p) {
-  const uint32_t s = static_cast<uint32_t>(p.stages), n = static_cast<uint32_t>(p.n);
-  const uint32_t used = s * 128u * 128u + s * n * 128u + 128u * n * 4u + 16u * s;
-  return round_up(used, 1024) + 1024;
-}
-
-jit::KernelRecipe ws_recipe(const WsPipelineParams& p) {
-  return int_recipe("test_ws_pipeline", "testing/ws_pipeline.cuh",
-                    "attnjit::testing::ws_pipeline_kernel", "attnjit::testing::WsPipelineParams",
-                    {{"n", p.n}, {"stages", p.stages}, {"pingpong", p.pingpong}},
-                    ws_smem_bytes(p));
 }
 
 // Compares c [rows × cols] with a float64 reference; per element the tolerance is relative
@@ -339,54 +197,6 @@ void run_ws_pipeline(const WsPipelineParams& p, int k_blocks) {
   CHECK(r.non_finite == 0);
   CHECK(r.bad == 0);
   CHECK(r.rel_l2 <= 1e-4);
-}
-
-// =========================================================================================
-// 3. Accumulators → RS A fragment: C2 = 16-bit(A·Bᵀ) · V (testing/pv_fragment.cuh)
-// =========================================================================================
-
-struct PvFragmentParams {
-  int32_t k1;          // first GEMM reduction
-  int32_t n1;          // S columns = second GEMM K
-  int32_t n2;          // C2 columns
-  int32_t v_mn_major;  // 1: V [N1, N2]; 0: Vᵀ [N2, N1]
-  int32_t f16;         // 1: f16; 0: bf16
-};
-static_assert(std::has_unique_object_representations_v<PvFragmentParams>);
-
-const std::vector<PvFragmentParams>& pv_cases() {
-  static const std::vector<PvFragmentParams> list = {
-      {64, 64, 64, 1, 0},     // the FA3 shape: V MN-major
-      {128, 128, 128, 1, 0},  //
-      {64, 128, 64, 0, 0},    // Vᵀ K-major
-      {128, 64, 128, 1, 1},   // f16
-      {64, 256, 64, 1, 0},    // 16 k-steps of P (the largest S)
-      {64, 192, 128, 0, 1},   // N1 not a power of two, f16, Vᵀ
-      {64, 64, 256, 1, 0},    // the widest output
-  };
-  return list;
-}
-
-std::string describe(const PvFragmentParams& p) {
-  return fmt::format("pv_fragment {} k1={} n1={} n2={} V {}", p.f16 ? "f16" : "bf16", p.k1, p.n1,
-                     p.n2, p.v_mn_major ? "[N1,N2] MN-major" : "T [N2,N1] K-major");
-}
-
-// Mirrors kPvFragmentSmemBytes: A, B, V (each whole KiB) + one barrier, + 1024 slack.
-unsigned pv_smem_bytes(const PvFragmentParams& p) {
-  const uint32_t used = static_cast<uint32_t>(64 * p.k1 * 2 + p.n1 * p.k1 * 2 + p.n1 * p.n2 * 2);
-  return round_up(used + 8, 1024) + 1024;
-}
-
-jit::KernelRecipe pv_recipe(const PvFragmentParams& p) {
-  return int_recipe("test_pv_fragment", "testing/pv_fragment.cuh",
-                    "attnjit::testing::pv_fragment_kernel", "attnjit::testing::PvFragmentParams",
-                    {{"k1", p.k1},
-                     {"n1", p.n1},
-                     {"n2", p.n2},
-                     {"v_mn_major", p.v_mn_major},
-                     {"f16", p.f16}},
-                    pv_smem_bytes(p));
 }
 
 void run_pv_fragment(const PvFragmentParams& p) {
@@ -508,36 +318,6 @@ void run_pv_fragment(const PvFragmentParams& p) {
   CHECK(r.rel_l2 <= 1e-4);
 }
 
-// =========================================================================================
-// 4. Programmatic dependent launch (testing/pdl.cuh)
-// =========================================================================================
-
-struct PdlParams {
-  int32_t delay_ns;          // primary: sleep between trigger and writes
-  int32_t wait_prior_grids;  // dependent: 1 waits before reading
-};
-static_assert(std::has_unique_object_representations_v<PdlParams>);
-
-constexpr int kPdlThreads = 256;
-constexpr int kPdlBlocks = 32;
-constexpr int kPdlElems = kPdlBlocks * kPdlThreads * 4;
-constexpr int kPdlDelayNs = 20000;
-
-uint32_t pdl_value(uint32_t i, uint32_t seed) { return (i * 2654435761u) ^ seed; }
-
-jit::KernelRecipe pdl_recipe(bool primary, const PdlParams& p) {
-  return int_recipe(primary ? "test_pdl_primary" : "test_pdl_dependent", "testing/pdl.cuh",
-                    primary ? "attnjit::testing::pdl_primary_kernel"
-                            : "attnjit::testing::pdl_dependent_kernel",
-                    "attnjit::testing::PdlParams",
-                    {{"delay_ns", p.delay_ns}, {"wait_prior_grids", p.wait_prior_grids}}, 0);
-}
-
-const jit::Kernel& pdl_kernel(bool primary, const PdlParams& p) {
-  return jit::get_kernel(jit::make_key(primary ? kPdlPrimaryOpId : kPdlDependentOpId, kSm90a, p),
-                         [&] { return pdl_recipe(primary, p); });
-}
-
 // Runs `rounds` primary → dependent pairs on one stream, every launch with the PDL
 // attribute; returns how many output slots are not exactly the values of their round.
 int run_pdl_chain(bool dependent_waits, int rounds) {
@@ -630,83 +410,4 @@ TEST_CASE("programmatic dependent launch: griddepcontrol.wait sees the primary's
              bad, kRounds * kRepeats, stale, kRounds);
   if (stale == 0) WARN("PDL control saw no stale slot: the launches may not have overlapped");
   CHECK(bad == 0);
-}
-
-// =========================================================================================
-// No GPU needed: every variant compiles without spills or local memory, and its SASS holds
-// the instructions the test is about.
-// =========================================================================================
-
-namespace {
-
-void check_common(const jit::CompiledKernel& k, const std::optional<std::string>& sass) {
-  // CHECK, not REQUIRE: without a parsed ptxas report the SASS checks below still run.
-  CHECK(k.ptxas.parsed);
-  CHECK(k.ptxas.spill_store_bytes == 0);
-  CHECK(k.ptxas.spill_load_bytes == 0);
-  CHECK(k.ptxas.stack_frame_bytes == 0);
-  if (sass) {
-    CHECK(test::count_opcode(*sass, "LDL") == 0);
-    CHECK(test::count_opcode(*sass, "STL") == 0);
-  }
-}
-
-}  // namespace
-
-TEST_CASE("device-library test kernels compile to the expected SASS", "[device-lib][nvrtc]") {
-  for (const TmaMulticastParams& p : multicast_cases()) {
-    INFO(describe(p));
-    const jit::CompiledKernel k = jit::compile_recipe(multicast_recipe(p));
-    const auto sass = test::disassemble(k.cubin);
-    check_common(k, sass);
-    // The report as NVRTC gave it: one GPU-machine run found no "used N barriers" in it
-    // where the same build had found it the call before.
-    INFO("NVRTC log:\n" << k.log);
-    CHECK(k.ptxas.barriers == 2);  // MulticastBar: __syncthreads' 0 and kConsumersRead
-    if (sass) {
-      const std::string load = p.rank == 2 ? "UTMALDG.2D.MULTICAST" : "UTMALDG.3D.MULTICAST";
-      CHECK(test::count_opcode(*sass, load) >= 1);
-      CHECK(test::count_opcode(*sass, "UTMALDG") == test::count_opcode(*sass, load));
-    }
-  }
-  for (const WsPipelineParams& p : ws_cases()) {
-    INFO(describe(p));
-    const jit::CompiledKernel k = jit::compile_recipe(ws_recipe(p));
-    // setmaxnreg is honoured: ptxas did not warn that it ignores it (C7508).
-    CHECK(k.log.find("C7508") == std::string::npos);
-    const auto sass = test::disassemble(k.cubin);
-    check_common(k, sass);
-    // ConsumerBar ids 0..3 as immediates (an id in a register would reserve all 16).
-    INFO("NVRTC log:\n" << k.log);
-    CHECK(k.ptxas.barriers == 4);
-    if (sass) {
-      CHECK(test::count_opcode(*sass, "USETMAXREG") >= 2);  // dealloc + alloc
-      CHECK(test::count_opcode(*sass, "HGMMA") == 4);       // one k-block: 4 k16 steps
-      CHECK(test::count_opcode(*sass, "UTMALDG") == 2);     // A and B per stage
-    }
-  }
-  for (const PvFragmentParams& p : pv_cases()) {
-    INFO(describe(p));
-    const jit::CompiledKernel k = jit::compile_recipe(pv_recipe(p));
-    const auto sass = test::disassemble(k.cubin);
-    check_common(k, sass);
-    if (sass) {
-      CHECK(test::count_opcode(*sass, "HGMMA") == p.k1 / 16 + p.n1 / 16);
-      CHECK(test::count_opcode(*sass, "F2FP") == p.n1 / 4);  // one cvt per packed pair
-    }
-  }
-  // The PDL kernels the GPU case launches: griddepcontrol.launch_dependents is PREEXIT,
-  // griddepcontrol.wait is ACQBULK.
-  for (const auto& [primary, p] : {std::pair{true, PdlParams{kPdlDelayNs, 1}},
-                                   std::pair{false, PdlParams{0, 1}},
-                                   std::pair{false, PdlParams{0, 0}}}) {
-    INFO((primary ? "pdl primary" : "pdl dependent") << " wait " << p.wait_prior_grids);
-    const jit::CompiledKernel k = jit::compile_recipe(pdl_recipe(primary, p));
-    const auto sass = test::disassemble(k.cubin);
-    check_common(k, sass);
-    if (sass) {
-      CHECK(test::count_opcode(*sass, "PREEXIT") == 1);
-      CHECK(test::count_opcode(*sass, "ACQBULK") == p.wait_prior_grids);
-    }
-  }
 }

@@ -1,6 +1,6 @@
 // merge_states' shape vocabulary (the harness's cases, `attnjit bench merge_states`) and its
 // benchmark shapes. Not tunable: a single memory-bound pass whose default config runs at the
-// copy limit (docs/bench-notes.md, "merge_states"), so there is no search space and no
+// copy limit (docs/performance.md, "merge_states"), so there is no search space and no
 // tuning database lookup.
 #include <fmt/format.h>
 

@@ -163,8 +163,8 @@ MhaFwdConfig mha_fwd_default_config(const MhaFwdFeatures& f) {
   c.kv_layout = f.kv_layout;
   c.page_size = f.kv_layout == KvLayout::kPaged ? f.page_size : 0;
   c.sink = f.sink;
-  // Persistent launch for contiguous KV: 8–19 % faster on every bench row on an H100
-  // (docs/bench-notes.md, session 6), the short rows most. Not for paged KV (grid launch as
+  // Persistent launch for contiguous KV: 5–19 % faster on every bench row on an H100
+  // (docs/performance.md, "What the heuristics rest on"), the short rows most. Not for paged KV (grid launch as
   // before) nor for d256 with a score mod (its consumers spill at the 232-register cap).
   const bool paged = f.kv_layout == KvLayout::kPaged;
   c.persistent = !paged && (f.head_dim_v < 256 || f.score_mod == ScoreMod::kNone);
@@ -179,7 +179,7 @@ MhaFwdConfig mha_fwd_default_config(const MhaFwdFeatures& f) {
 namespace ops {
 
 int mha_default_block_n(const MhaFwdConfig& c) {
-  // Key tiles measured on an H100 (docs/bench-notes.md): the largest tile whose O + S + P
+  // Key tiles measured on an H100 (docs/performance.md): the largest tile whose O + S + P
   // fragments fit the registers wins while softmax per tile is the bottleneck. Persistent
   // (232 registers): d64 208 keys unmasked (with 3 stages), 192 under a mask; d128 160
   // (4k: 1710 against 1888 µs for 128; 192 spills); d256 80; d192 128. Grid launch (255 registers): d64 256 keys

@@ -44,7 +44,7 @@ MhaFwdConfig mha_grid_for_packed_groups(MhaFwdConfig c);
 // under a causal mask a row block's diagonal tile is half masked on average (about n / 2 of
 // the ~s_k / 2 keys a row sees: a quarter of d64's work at 1k keys with 240-key tiles), and
 // a last tile that s_k fills only partly (1024 keys = 5⅓ tiles of 192). Measured on an H100
-// (docs/bench-notes.md): d64 causal 128 keys up to 2k (persistent) or 64 up to 4k (grid);
+// (docs/performance.md): d64 causal 128 keys up to 2k (persistent) or 64 up to 4k (grid);
 // d128 128 keys up to 2k when causal, and when unmasked where base's partial last tile
 // wastes over 5 % more keys than 128's.
 // Contiguous KV, masks none and causal only (paged tiles are powers of two already).

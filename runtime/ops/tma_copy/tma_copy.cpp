@@ -105,8 +105,8 @@ std::string TmaCopyConfig::describe() const { return table().describe(*this); }
 TmaCopyConfig tma_copy_default_config(DType dtype) {
   // 128 rows × 256 bytes per tile, unswizzled (one box per tile: a copy has no consumer
   // that needs a swizzled layout), 4 stages = 128 KiB, one CTA per SM with ~96 KiB of
-  // loads in flight, well past bandwidth × latency / SMs. Measured on an H200 against
-  // the swizzled and the narrower/deeper variants: docs/bench-notes.md.
+  // loads in flight, well past bandwidth × latency / SMs. Measured on an H100 against
+  // the swizzled and the narrower/deeper variants: docs/performance.md (tma_copy).
   TmaCopyConfig c;
   c.dtype = dtype;
   c.block_m = 128;

@@ -12,7 +12,7 @@
 //   out      like q with dv: [b, s_q, h_q, dv] or [total_q, h_q, dv], q's dtype
 //   lse      [h_q, total_q] f32 (total_q = b·s_q when padded), optional
 //
-// Masks align query i of a sequence bottom-right: i' = i + s_k − s_q (DESIGN.md).
+// Masks align query i of a sequence bottom-right: i' = i + s_k − s_q (docs/design.md).
 //   causal: j ≤ i';  window (left, right): i' − left ≤ j ≤ i' + right (−1 = unbounded);
 //   causal_window: window with right = 0;  chunked (c): ⌊j/c⌋ = ⌊i'/c⌋ and j ≤ i'.
 // Score mods on the scaled score, before masking: softcap s = cap·tanh(s/cap);
@@ -123,7 +123,7 @@ MhaFwdShape mha_fwd_shape(const MhaFwdArgs& args, const MhaFwdFeatures& features
 // winner for the shapes' bucket on this GPU (attnjit/tuning.hpp, docs/tuning.md) when it has
 // one and it validates. Without a tuned entry, short calls get a smaller key tile where the
 // key count makes it pay (d64 causal: 128 keys up to 2k when persistent, 64 up to 4k on the
-// grid launch; d128 up to 2k: 128 — see docs/bench-notes.md). Packed query heads run the grid
+// grid launch; d128 up to 2k: 128 — see docs/performance.md). Packed query heads run the grid
 // launch. Masks other than none and causal: the default config.
 MhaFwdConfig mha_fwd_selected_config(const MhaFwdShape& shape);
 
