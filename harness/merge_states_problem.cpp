@@ -154,8 +154,7 @@ class MergeStatesProblem final : public Problem {
     return "outputs differ";
   }
 
-  // Both states read and the merge written, values and lse (a zero-weight side's values
-  // are skipped, which only the few empty rows do).
+  // Both states read and the merge written, values and lse.
   double bytes() const override { return 3.0 * static_cast<double>(rows_ * (d_ * eb_ + 4)); }
   double flops() const override { return 0; }
 

@@ -3,7 +3,7 @@
 // union (cascade attention's shared prefix + suffix, context parallelism's ranks):
 //   m = max(lse_a, lse_b),  w_x = exp(lse_x − m),
 //   out = (w_a · v_a + w_b · v_b) / (w_a + w_b),  lse = m + log(w_a + w_b).
-// A state with lse −inf saw no key: its weight is 0 and its values are not read, so
+// A state with lse −inf saw no key: its weight is 0 and its values are not used, so
 // whatever they hold (NaN included) cannot reach the output. Both −inf: out = 0 exactly,
 // lse −inf. Memory-bound: one pass, 16-byte vectors, f32 arithmetic.
 #include "common/arch.cuh"
@@ -96,27 +96,28 @@ __global__ void __launch_bounds__(P.threads) kernel(const Args a) {
     const int head = static_cast<int>(row % a.heads);
     const i64 token = row / a.heads;
     const int i1 = static_cast<int>(token % a.n1), i0 = static_cast<int>(token / a.n1);
-    const float la = a.a.lse[offset(a.a.lse_stride, i0, i1, head)];
-    const float lb = a.b.lse[offset(a.b.lse_stride, i0, i1, head)];
-    const float m = fmaxf(la, lb);
-    const float wa = weight_of<P>(la, m), wb = weight_of<P>(lb, m);
-    const float sum = wa + wb;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const float ca = wa * inv, cb = wb * inv;  // ca + cb = 1 (or both 0: no key at all)
     const uint4* va = reinterpret_cast<const uint4*>(
         static_cast<const u8*>(a.a.v) + offset(a.a.v_stride, i0, i1, head) * T::kElemBytes);
     const uint4* vb = reinterpret_cast<const uint4*>(
         static_cast<const u8*>(a.b.v) + offset(a.b.v_stride, i0, i1, head) * T::kElemBytes);
     uint4* vo = reinterpret_cast<uint4*>(static_cast<u8*>(a.out.v) +
                                          offset(a.out.v_stride, i0, i1, head) * T::kElemBytes);
-    // Every load first, then the math: kVecsPerLane × 2 loads in flight per lane.
+    // Every load at once — both lse and kVecsPerLane × 2 value vectors per lane — so a row
+    // costs one memory latency, not an lse load and then the values. An empty side's values
+    // are read (its memory is the caller's tensor) but never used.
+    const float la = a.a.lse[offset(a.a.lse_stride, i0, i1, head)];
+    const float lb = a.b.lse[offset(a.b.lse_stride, i0, i1, head)];
     uint4 ra[T::kVecsPerLane], rb[T::kVecsPerLane];
 #pragma unroll
     for (int j = 0; j < T::kVecsPerLane; ++j) {
-      const int vec = lane + j * T::kLanes;
-      ra[j] = ca != 0.0f ? va[vec] : make_uint4(0, 0, 0, 0);
-      rb[j] = cb != 0.0f ? vb[vec] : make_uint4(0, 0, 0, 0);
+      ra[j] = va[lane + j * T::kLanes];
+      rb[j] = vb[lane + j * T::kLanes];
     }
+    const float m = fmaxf(la, lb);
+    const float wa = weight_of<P>(la, m), wb = weight_of<P>(lb, m);
+    const float sum = wa + wb;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float ca = wa * inv, cb = wb * inv;  // ca + cb = 1 (or both 0: no key at all)
 #pragma unroll
     for (int j = 0; j < T::kVecsPerLane; ++j) {
       float xa[kVecElems], xb[kVecElems], xo[kVecElems];

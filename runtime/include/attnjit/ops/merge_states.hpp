@@ -15,7 +15,7 @@
 //   v_out = (w_a·v_a + w_b·v_b) / (w_a + w_b),   lse_out = m + log(w_a + w_b)
 //
 // lse in natural log (attnjit's ops), or in log2 units with config.lse_log2 (FlashInfer's).
-// A state with lse −inf saw no key: weight 0, and its values are never read (NaN there
+// A state with lse −inf saw no key: weight 0, and its values never reach v_out (NaN there
 // cannot leak); both −inf: v_out = 0 exactly and lse_out = −inf. In place: v_out may be
 // v_a or v_b and lse_out may be lse_a or lse_b (the same view); any other overlap of an
 // output with an input is refused. The merge is associative up to rounding: N states merge
