@@ -110,6 +110,13 @@ TEST_CASE("merge_states refuses bad arguments before any launch, naming them", "
   a.v_out = a.v_a;
   a.lse_out = a.lse_b;
   REQUIRE_NOTHROW(merge_states_schedule(kPlan, a, {}, nullptr));
+  // No rows: every rule still checked, then nothing to launch (no device touched here).
+  a = good();
+  for (TensorView* t : {&a.v_a, &a.v_b, &a.v_out}) *t = TensorView::contiguous(t->data, DType::kBF16, {0, kH, kD});
+  for (TensorView* t : {&a.lse_a, &a.lse_b, &a.lse_out}) *t = TensorView::contiguous(t->data, DType::kF32, {0, kH});
+  REQUIRE_NOTHROW(merge_states(a, nullptr));
+  a.lse_b = TensorView::contiguous(a.lse_b.data, DType::kF32, {1, kH});
+  REQUIRE_ERROR(merge_states(a, nullptr), ErrorKind::kBadArgument, "lse_b", "leading dimensions");
   // The schedule holds the call to the plan's shape.
   MergeStatesPlan other = kPlan;
   other.shape.tokens = kN + 1;
