@@ -119,7 +119,17 @@ def served(j, ref):
 def strict_load(root, ref, env_extra=None):
     """Every kernel of the reference manifest, hits only (ATTNJIT_NO_COMPILE=1).
     Returns (result, hits, wrong, misses)."""
-    r = precompile(root, ref.manifest, env=base_env(ATTNJIT_NO_COMPILE=1, **(env_extra or {})))
+    # On a GPU machine, ATTNJIT_DRILL_LOAD=1 also hands every hit to the driver
+    # (cuLibraryLoadData via `precompile --load`): "loaded" then means loaded for real.
+    load = ["--load"] if os.environ.get("ATTNJIT_DRILL_LOAD") == "1" else []
+    r = precompile(root, ref.manifest, env=base_env(ATTNJIT_NO_COMPILE=1, **(env_extra or {})),
+                   extra=load)
+    j = r.json()
+    if load and j and j.get("loaded", 0) != sum(v["status"] == "cache_hit" for v in j["variants"]):
+        raise RuntimeError(f"--load loaded {j.get('loaded')} of the hits in {root}")
+    for v in (j or {}).get("variants", []) if load else []:
+        if v["status"] == "failed" and "ATTNJIT_NO_COMPILE" not in v["error"]:
+            raise RuntimeError(f"the driver refused a cached kernel: {v['error']}")
     hits, wrong, missing = served(r.json(), ref)
     return r, hits, wrong, missing
 
