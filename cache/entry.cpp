@@ -27,8 +27,10 @@ namespace {
 }
 
 // O_NOFOLLOW: an entry's file that is a symlink (ELOOP) is not read, wherever it points.
-std::optional<std::string> read_all(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+// Relative to `dir_fd` when given (the entry folder, opened without following a link), so
+// the folder cannot be swapped for a symlink between its check and the read.
+std::optional<std::string> read_all(const fs::path& path, int dir_fd = AT_FDCWD) {
+  const int fd = ::openat(dir_fd, path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return std::nullopt;
   std::string out;
   char buf[1 << 16];
@@ -144,18 +146,30 @@ ReadResult read_entry(const std::string& dir, const std::string& key, const std:
       r.movable = false;
       return corrupt(why + " (refused: the entry would lie outside the root)");
     }
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) {
+    if (errno == ENOENT) {  // pruned or quarantined by another process just now
+      r.status = ReadResult::Status::kMissing;
+      return r;
+    }
+    return corrupt(fmt::format("cannot open the entry: {}", std::strerror(errno)));
+  }
   auto missing = [&](const char* file, const char* what) {
     struct stat fst {};
-    return ::lstat((d / file).c_str(), &fst) == 0 && S_ISLNK(fst.st_mode)
+    return ::fstatat(dir_fd, file, &fst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(fst.st_mode)
                ? fmt::format("{} is a symlink (refused)", file)
                : std::string(what);
   };
-  const auto marker = read_all(d / kMarkerFile);
-  if (!marker) return corrupt(missing(kMarkerFile, "no COMMITTED marker (an unfinished publish)"));
-  const auto meta_text = read_all(d / kMetaFile);
-  if (!meta_text) return corrupt(missing(kMetaFile, "no meta.json"));
-  auto cubin = read_all(d / kCubinFile);
-  if (!cubin) return corrupt(missing(kCubinFile, "no kernel.cubin"));
+  const auto marker = read_all(kMarkerFile, dir_fd);
+  const auto meta_text = read_all(kMetaFile, dir_fd);
+  auto cubin = read_all(kCubinFile, dir_fd);
+  const std::string why_not =
+      !marker      ? missing(kMarkerFile, "no COMMITTED marker (an unfinished publish)")
+      : !meta_text ? missing(kMetaFile, "no meta.json")
+      : !cubin     ? missing(kCubinFile, "no kernel.cubin")
+                   : "";
+  ::close(dir_fd);
+  if (!why_not.empty()) return corrupt(why_not);
   r.bytes = marker->size() + meta_text->size() + cubin->size();
 
   const std::string cubin_sha = sha256_hex(*cubin);
