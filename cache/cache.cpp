@@ -16,8 +16,9 @@ namespace fs = std::filesystem;
 KeyLock::KeyLock(const std::string& root, const std::string& key) {
   const fs::path tmp = fs::path(root) / "tmp";
   ::mkdir(tmp.c_str(), 0700);
+  if (!not_a_real_dir(tmp.string()).empty()) return;  // no lock beats a file outside the root
   path_ = (tmp / (key + ".lock")).string();
-  fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
     ::close(fd_);
     fd_ = -1;
@@ -47,8 +48,9 @@ std::optional<Entry> Cache::lookup(const std::string& arch, const std::string& k
     return std::move(r.entry);
   }
   if (r.status == ReadResult::Status::kCorrupt) {
-    const std::string moved =
-        settings_.read_only ? "" : quarantine_entry(settings_.root, dir, r.reason);
+    const std::string moved = settings_.read_only || !r.movable
+                                  ? ""
+                                  : quarantine_entry(settings_.root, dir, r.reason);
     fmt::print(stderr, "attnjit: warning: cache entry {} is bad ({}); {}\n", dir, r.reason,
                moved.empty() ? "ignoring it" : "moved to " + moved + ", rebuilding");
   }

@@ -26,8 +26,11 @@ namespace {
   throw Error(ErrorKind::kCache, fmt::format("{} {}: {}", what, path, std::strerror(errno)));
 }
 
-std::optional<std::string> read_all(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// O_NOFOLLOW: an entry's file that is a symlink (ELOOP) is not read, wherever it points.
+// Relative to `dir_fd` when given (the entry folder, opened without following a link), so
+// the folder cannot be swapped for a symlink between its check and the read.
+std::optional<std::string> read_all(const fs::path& path, int dir_fd = AT_FDCWD) {
+  const int fd = ::openat(dir_fd, path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return std::nullopt;
   std::string out;
   char buf[1 << 16];
@@ -104,6 +107,14 @@ std::string unique_suffix() {
 
 }  // namespace
 
+std::string not_a_real_dir(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return fmt::format("{}: {}", path, std::strerror(errno));
+  if (S_ISLNK(st.st_mode)) return fmt::format("{} is a symlink", path);
+  if (!S_ISDIR(st.st_mode)) return fmt::format("{} is not a directory", path);
+  return "";
+}
+
 std::string entry_dir(const std::string& root, const std::string& arch, const std::string& key) {
   return (fs::path(root) / arch / key.substr(0, 2) / key).string();
 }
@@ -119,20 +130,46 @@ ReadResult read_entry(const std::string& dir, const std::string& key, const std:
                       const EntryCheck& check) {
   ReadResult r;
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) return r;  // kMissing
+  if (::lstat(dir.c_str(), &st) != 0) return r;  // kMissing
   r.status = ReadResult::Status::kCorrupt;
   auto corrupt = [&](std::string why) {
     r.reason = std::move(why);
     return r;
   };
   const fs::path d(dir);
+  // lstat, not stat: an entry swapped for a symlink (to a copy of a good entry elsewhere)
+  // is refused, never followed; the same for its arch and prefix folders.
+  if (S_ISLNK(st.st_mode)) return corrupt("the entry is a symlink, not a directory in the root");
   if (!S_ISDIR(st.st_mode)) return corrupt("not a directory");
-  const auto marker = read_all(d / kMarkerFile);
-  if (!marker) return corrupt("no COMMITTED marker (an unfinished publish)");
-  const auto meta_text = read_all(d / kMetaFile);
-  if (!meta_text) return corrupt("no meta.json");
-  auto cubin = read_all(d / kCubinFile);
-  if (!cubin) return corrupt("no kernel.cubin");
+  for (const fs::path& up : {d.parent_path(), d.parent_path().parent_path()})
+    if (std::string why = not_a_real_dir(up.string()); !why.empty()) {
+      r.movable = false;
+      return corrupt(why + " (refused: the entry would lie outside the root)");
+    }
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) {
+    if (errno == ENOENT) {  // pruned or quarantined by another process just now
+      r.status = ReadResult::Status::kMissing;
+      return r;
+    }
+    return corrupt(fmt::format("cannot open the entry: {}", std::strerror(errno)));
+  }
+  auto missing = [&](const char* file, const char* what) {
+    struct stat fst {};
+    return ::fstatat(dir_fd, file, &fst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(fst.st_mode)
+               ? fmt::format("{} is a symlink (refused)", file)
+               : std::string(what);
+  };
+  const auto marker = read_all(kMarkerFile, dir_fd);
+  const auto meta_text = read_all(kMetaFile, dir_fd);
+  auto cubin = read_all(kCubinFile, dir_fd);
+  const std::string why_not =
+      !marker      ? missing(kMarkerFile, "no COMMITTED marker (an unfinished publish)")
+      : !meta_text ? missing(kMetaFile, "no meta.json")
+      : !cubin     ? missing(kCubinFile, "no kernel.cubin")
+                   : "";
+  ::close(dir_fd);
+  if (!why_not.empty()) return corrupt(why_not);
   r.bytes = marker->size() + meta_text->size() + cubin->size();
 
   const std::string cubin_sha = sha256_hex(*cubin);
@@ -191,8 +228,17 @@ bool publish_entry(const std::string& root, const std::string& key, const KeyRec
   meta["created"] = static_cast<long long>(std::time(nullptr));
   meta["record"] = to_json(record);
 
+  // Never write through a symlink planted in the root (it would put files outside it).
+  auto real_dir = [](const fs::path& p) {
+    if (std::string why = not_a_real_dir(p.string()); !why.empty())
+      throw Error(ErrorKind::kCache,
+                  fmt::format("cannot publish: {} (attnjit writes only to real directories "
+                              "inside its cache root)",
+                              why));
+  };
   const fs::path tmp_root = fs::path(root) / "tmp";
   make_dir(tmp_root, 0700);
+  real_dir(tmp_root);
   const fs::path tmp = tmp_root / fmt::format("{}-{}", key.substr(0, 16), unique_suffix());
   make_dir(tmp, 0755);
   try {
@@ -209,7 +255,9 @@ bool publish_entry(const std::string& root, const std::string& key, const KeyRec
     const fs::path arch_dir = fs::path(root) / *arch;
     const fs::path prefix_dir = arch_dir / key.substr(0, 2);
     make_dir(arch_dir, 0755);
+    real_dir(arch_dir);
     make_dir(prefix_dir, 0755);
+    real_dir(prefix_dir);
     const fs::path final_dir = prefix_dir / key;
     if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
       if (errno != EEXIST && errno != ENOTEMPTY) io_fail("cannot publish", final_dir.string());
@@ -230,11 +278,15 @@ std::string quarantine_entry(const std::string& root, const std::string& dir,
                              const std::string& reason) {
   const fs::path q = fs::path(root) / "quarantine";
   if (::mkdir(q.c_str(), 0700) != 0 && errno != EEXIST) return "";
+  if (!not_a_real_dir(q.string()).empty()) return "";  // never move entries out of the root
   const fs::path target =
       q / fmt::format("{}-{}", fs::path(dir).filename().string(), unique_suffix());
+  struct stat st {};
+  const bool is_link = ::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
   if (::rename(dir.c_str(), target.c_str()) != 0) return "";
-  const int fd =
-      ::open((target / "REASON").c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  if (is_link) return target.string();  // REASON would land in the link's target, outside
+  const int fd = ::open((target / "REASON").c_str(),
+                        O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd >= 0) {
     const std::string text = reason + "\n";
     [[maybe_unused]] ssize_t n = ::write(fd, text.data(), text.size());

@@ -45,9 +45,18 @@ struct ReadResult {
   std::string reason;  // why it is corrupt
   Entry entry;         // when kOk
   uint64_t bytes = 0;  // on-disk size of the entry's files
+  // False when the entry's arch or prefix folder is a symlink: the entry then lies outside
+  // the root, so it is refused but not moved (moving it would change files outside).
+  bool movable = true;
 };
 
-// Reads and verifies the entry at `dir`: marker present and naming `key` and the hashes
+// "" when `path` is a real directory (lstat: not a symlink to one), else why not. Nothing
+// is read from or written through a symlink inside the root: a cubin is only ever taken
+// from inside the root the trust check approved.
+std::string not_a_real_dir(const std::string& path);
+
+// Reads and verifies the entry at `dir` (a real directory whose files are not symlinks,
+// under real arch and prefix folders): marker present and naming `key` and the hashes
 // of the cubin and meta.json, meta.json well formed, its key record hashing to `key`, its
 // arch (and the record's) `arch`, the cubin's size and SHA-256 as recorded, and then
 // `check` (when given). Never throws for a bad entry.

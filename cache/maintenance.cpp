@@ -30,7 +30,9 @@ bool is_hex(const std::string& s, size_t n) {
 uint64_t tree_bytes(const fs::path& p) {
   std::error_code ec;
   uint64_t total = 0;
-  if (fs::is_regular_file(fs::symlink_status(p, ec))) return fs::file_size(p, ec);
+  const fs::file_status st = fs::symlink_status(p, ec);
+  if (fs::is_symlink(st)) return 0;  // a planted symlink: its target is not the cache's
+  if (fs::is_regular_file(st)) return fs::file_size(p, ec);
   for (fs::recursive_directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
     if (it->is_regular_file(e2)) total += it->file_size(e2);
@@ -52,7 +54,8 @@ void remove_entry_dir(const std::string& root, const fs::path& dir) {
   const fs::path doomed =
       tmp / fmt::format("deleting-{}-{}", static_cast<long>(::getpid()), counter++);
   std::error_code ec;
-  if (::rename(dir.c_str(), doomed.c_str()) == 0)
+  // tmp/ swapped for a symlink: delete in place rather than move the entry outside the root.
+  if (not_a_real_dir(tmp.string()).empty() && ::rename(dir.c_str(), doomed.c_str()) == 0)
     fs::remove_all(doomed, ec);
   else
     fs::remove_all(dir, ec);
@@ -65,10 +68,11 @@ std::vector<EntryInfo> Cache::entries() const {
   std::error_code ec;
   for (const fs::directory_entry& arch_dir : fs::directory_iterator(root(), ec)) {
     const std::string arch = arch_dir.path().filename().string();
-    if (!parse_arch(arch) || !arch_dir.is_directory(ec)) continue;  // tmp, quarantine, ...
+    // Symlinked arch or prefix folders lead outside the root: never listed, read or pruned.
+    if (!parse_arch(arch) || !not_a_real_dir(arch_dir.path().string()).empty()) continue;
     for (const fs::directory_entry& prefix : fs::directory_iterator(arch_dir.path(), ec)) {
       const std::string p = prefix.path().filename().string();
-      if (!is_hex(p, 2) || !prefix.is_directory(ec)) continue;
+      if (!is_hex(p, 2) || !not_a_real_dir(prefix.path().string()).empty()) continue;
       for (const fs::directory_entry& entry : fs::directory_iterator(prefix.path(), ec)) {
         const std::string key = entry.path().filename().string();
         if (!is_hex(key, 64) || key.compare(0, 2, p) != 0) continue;
@@ -120,7 +124,7 @@ VerifyReport Cache::verify(const EntryCheck& check) {
     }
     ++r.corrupt;
     const std::string moved =
-        settings_.read_only ? "" : quarantine_entry(root(), e.dir, read.reason);
+        settings_.read_only || !read.movable ? "" : quarantine_entry(root(), e.dir, read.reason);
     r.problems.emplace_back(e.dir,
                             moved.empty() ? read.reason : read.reason + "; moved to " + moved);
   }
@@ -137,15 +141,22 @@ PruneReport Cache::prune(uint64_t max_size) {
   std::error_code ec;
   // Dead weight first: quarantined entries, and publishes or deletions a killed process
   // left in tmp/ (recent ones may belong to a live process).
-  for (const fs::directory_entry& q : fs::directory_iterator(fs::path(root()) / "quarantine", ec)) {
-    fs::remove_all(q.path(), ec);
-    ++r.cleaned;
-  }
-  for (const fs::directory_entry& t : fs::directory_iterator(fs::path(root()) / "tmp", ec)) {
-    if (now - mtime_of(t.path()) < kStaleTmpSeconds) continue;
-    fs::remove_all(t.path(), ec);
-    ++r.cleaned;
-  }
+  // Only real folders: a quarantine/ or tmp/ swapped for a symlink would have prune
+  // delete files outside the root.
+  const fs::path quarantine = fs::path(root()) / "quarantine", tmp = fs::path(root()) / "tmp";
+  if (not_a_real_dir(quarantine.string()).empty())
+    for (const fs::directory_entry& q : fs::directory_iterator(quarantine, ec)) {
+      std::error_code e2;
+      fs::remove_all(q.path(), e2);
+      ++r.cleaned;
+    }
+  if (not_a_real_dir(tmp.string()).empty())
+    for (const fs::directory_entry& t : fs::directory_iterator(tmp, ec)) {
+      if (now - mtime_of(t.path()) < kStaleTmpSeconds) continue;
+      std::error_code e2;
+      fs::remove_all(t.path(), e2);
+      ++r.cleaned;
+    }
   std::vector<EntryInfo> all = entries();
   uint64_t total = 0;
   for (const EntryInfo& e : all) total += e.bytes;

@@ -131,10 +131,17 @@ CachedKernel ensure_compiled(cache::Cache& cache, const KernelRecipe& recipe) {
   } catch (const Error& e) {
     // The kernel is good; only storing it failed (disk full, root gone). The caller decides
     // whether that matters: the runtime runs on, precompile reports a failure.
+    // One warning per process, as for a read-only root: a full disk fails every store,
+    // and a serving process should not print one line per kernel.
     out.from = CachedKernel::From::kCompiledNotStored;
     out.store_error = e.what();
-    fmt::print(stderr, "attnjit: warning: compiled op '{}' but could not store it in {}: {}\n",
-               recipe.source.op, settings.root, e.what());
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      fmt::print(stderr,
+                 "attnjit: warning: compiled op '{}' but could not store it in {}: {}; kernels "
+                 "that cannot be stored run from memory (further failures are not reported)\n",
+                 recipe.source.op, settings.root, e.what());
+    });
   }
   return done();
 }

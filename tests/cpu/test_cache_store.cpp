@@ -374,3 +374,66 @@ TEST_CASE("cache: a kernel that cannot be stored is still returned", "[cache][nv
   CHECK(c.entries().empty());
   CHECK(count_dirs(fs::path(c.root()) / "tmp") == 0);  // the half-built entry is gone
 }
+
+TEST_CASE("cache: symlinks in the root are never followed for reading or writing",
+          "[cache][nvrtc]") {
+  ScratchDir scratch;
+  const fs::path outside = scratch.path / "outside";
+  fs::create_directories(outside);
+  const jit::CachedKernel first = compile_in(scratch.root(), tma_recipe());
+  const fs::path dir = cache::entry_dir(scratch.root(), "sm_90a", first.key);
+  // A good copy of the entry outside the root: if a symlink were followed, it would verify.
+  fs::copy(dir, outside / "copy");
+  auto outside_untouched = [&] {
+    for (const char* f : {cache::kCubinFile, cache::kMetaFile, cache::kMarkerFile})
+      CHECK(fs::is_regular_file(outside / "copy" / f));
+    CHECK_FALSE(fs::exists(outside / "copy" / "REASON"));
+  };
+
+  SECTION("an entry swapped for a symlink is refused and the link quarantined") {
+    fs::remove_all(dir);
+    fs::create_directory_symlink(outside / "copy", dir);
+    const jit::CachedKernel again = compile_in(scratch.root(), tma_recipe());
+    CHECK(again.from == jit::CachedKernel::From::kCompiled);  // not a hit through the link
+    CHECK_FALSE(fs::is_symlink(dir));
+    outside_untouched();
+  }
+  SECTION("a marker or cubin that is a symlink is refused") {
+    for (const char* f : {cache::kMarkerFile, cache::kCubinFile}) {
+      fs::remove(dir / f);
+      fs::create_symlink(outside / "copy" / f, dir / f);
+      cache::Cache c = cache::Cache::open(scratch.root());
+      const cache::VerifyReport r = c.verify();
+      CHECK(r.corrupt == 1);
+      REQUIRE(r.problems.size() == 1);
+      CHECK(r.problems[0].second.find("is a symlink") != std::string::npos);
+      CHECK(compile_in(scratch.root(), tma_recipe()).from == jit::CachedKernel::From::kCompiled);
+    }
+    outside_untouched();
+  }
+  SECTION("a symlinked arch folder is neither read nor moved nor written through") {
+    const fs::path arch = fs::path(scratch.root()) / "sm_90a";
+    fs::rename(arch, outside / "sm_90a");
+    fs::create_directory_symlink(outside / "sm_90a", arch);
+    cache::Cache c = cache::Cache::open(scratch.root());
+    CHECK(c.entries().empty());
+    const jit::CachedKernel r = jit::ensure_compiled(c, tma_recipe());
+    CHECK(r.from == jit::CachedKernel::From::kCompiledNotStored);
+    CHECK(r.store_error.find("is a symlink") != std::string::npos);
+    CHECK(fs::is_directory(outside / "sm_90a" / first.key.substr(0, 2) / first.key));
+  }
+  SECTION("tmp/ and quarantine/ swapped for symlinks: no write and no delete outside") {
+    test::write_text(outside / "precious", "keep me");
+    set_mtime((outside / "precious").string(), ::time(nullptr) - 100000);  // "stale"
+    fs::remove_all(fs::path(scratch.root()) / "tmp");
+    fs::create_directory_symlink(outside, fs::path(scratch.root()) / "tmp");
+    fs::create_directory_symlink(outside, fs::path(scratch.root()) / "quarantine");
+    cache::Cache c = cache::Cache::open(scratch.root());
+    const jit::CachedKernel r = jit::ensure_compiled(c, tma_recipe({{"stages", 3}}));
+    CHECK(r.from == jit::CachedKernel::From::kCompiledNotStored);
+    CHECK(r.store_error.find("is a symlink") != std::string::npos);
+    c.prune(0);
+    CHECK(test::read_text(outside / "precious") == "keep me");
+    CHECK(count_dirs(outside) == 2);  // precious and copy: nothing added, nothing removed
+  }
+}

@@ -191,6 +191,15 @@ TEST_CASE("precompile: strict mode's error line builds the missing kernel", "[cl
   const auto after = run_cli(line + " --json", false, strict_env);
   CHECK(after.rc == 0);
   CHECK(test::json_of(after)["cache_hits"] == 1);
+  // A coverage check writes nothing, so a read-only (shipped, mounted) cache is fine; a
+  // build into it is refused.
+  const std::string ro_env = strict_env + " ATTNJIT_CACHE_READ_ONLY=1";
+  const auto ro_hit = run_cli(line + " --json", false, ro_env);
+  CHECK(ro_hit.rc == 0);
+  CHECK(test::json_of(ro_hit)["cache_hits"] == 1);
+  const auto ro_build = run_cli(line, true, "ATTNJIT_CACHE_READ_ONLY=1");
+  CHECK(ro_build.rc == 1);
+  CHECK(ro_build.out.find("read-only") != std::string::npos);
 }
 
 TEST_CASE("precompile: processes racing on one cold cache leave exactly one entry",

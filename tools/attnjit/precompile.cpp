@@ -21,6 +21,7 @@
 
 #include "attnjit/error.hpp"
 #include "cache/cache.hpp"
+#include "cache/hash.hpp"
 #include "driver/driver.hpp"
 #include "jit/cache_client.hpp"
 #include "ops/registry.hpp"
@@ -51,6 +52,7 @@ struct Variant {
 struct Outcome {
   enum Status { kCompiled, kHit, kFailed } status = kFailed;
   std::string key, error;
+  std::string cubin_sha256;  // of the bytes this process got (from disk or NVRTC)
   double ms = 0, load_ms = -1;
   int registers = -1, spill_bytes = 0;
 };
@@ -183,7 +185,9 @@ int run(const PrecompileOptions& o) {
     return 2;
   }
   cache::Cache cache = cache::Cache::open(o.cache_dir);
-  if (cache.settings().read_only)
+  // Strict mode compiles nothing, so its coverage check also runs on a read-only root
+  // (a shipped cache mounted read-only, docs/cache.md's deployment recipe).
+  if (cache.settings().read_only && !cache.settings().strict)
     throw Error(ErrorKind::kCache, fmt::format("precompile needs a writable cache, but {} is "
                                                "read-only ({})",
                                                cache.root(), cache.settings().read_only_reason));
@@ -215,6 +219,8 @@ int run(const PrecompileOptions& o) {
         if (!c.store_error.empty()) throw std::runtime_error(c.store_error);
         r.status = c.hit() ? Outcome::kHit : Outcome::kCompiled;
         r.key = c.key;
+        r.cubin_sha256 =
+            cache::sha256_hex(std::string_view(c.kernel.cubin.data(), c.kernel.cubin.size()));
         r.ms = c.ms;
         r.registers = c.kernel.ptxas.registers;
         r.spill_bytes = c.kernel.ptxas.spill_store_bytes + c.kernel.ptxas.spill_load_bytes;
@@ -297,6 +303,7 @@ int run(const PrecompileOptions& o) {
         j["error"] = r.error;
       } else {
         j["key"] = r.key;
+        j["cubin_sha256"] = r.cubin_sha256;
         j["registers"] = r.registers;
         j["spill_bytes"] = r.spill_bytes;
       }
