@@ -126,7 +126,7 @@ void check_strides(const TensorView& t, const char* name) {
       fail_arg(name, fmt::format("sizes and strides must be non-negative, got {}", t.describe()));
 }
 
-// v_a's rules; v_b and v_out must match them. Returns the leading sizes (n0, n1, h).
+// A values view's rules; v_b and v_out must also match v_a (`ref`) in dtype, shape, device.
 void check_values(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name) {
   if (t.data == nullptr) fail_arg(name, "is not set (data == nullptr)");
   if (t.rank != 3 && t.rank != 4)
