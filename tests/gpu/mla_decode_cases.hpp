@@ -23,49 +23,20 @@
 #include "driver/driver.hpp"
 #include "support/catch.hpp"
 #include "support/gpu.hpp"
+#include "support/values.hpp"
 
 namespace attnjit::test::mla_gpu {
+
+// The shared value helpers (support/values.hpp, harness/device.hpp), for the test files
+// that use this namespace.
+using test::FastNormal;
+using test::from_bits;
+using test::to_bits;
+using test::upload_rounded;
 
 inline constexpr double kDeepSeekScale = 0.07216878364870323;  // 1/sqrt(192)
 inline constexpr int64_t kFullReferencePairs = 4'000'000;      // above: sample rows
 inline constexpr int kMaxSampledRows = 256;
-
-// Irwin–Hall(4) rescaled to mean 0, variance 1: N(0,1)-ish, cheap enough for 100M values.
-class FastNormal {
- public:
-  explicit FastNormal(uint64_t seed) : state_(seed) {}
-  float operator()() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);  // splitmix64
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float sum =
-        static_cast<float>((z & 0xFFFF) + ((z >> 16) & 0xFFFF) + ((z >> 32) & 0xFFFF) + (z >> 48));
-    return (sum / 65535.0f - 2.0f) * 1.7320508f;
-  }
-
- private:
-  uint64_t state_;
-};
-
-inline uint16_t to_bits(float x, DType dtype) {
-  return dtype == DType::kBF16 ? test::float_to_bf16(x) : test::float_to_f16(x);
-}
-inline float from_bits(uint16_t b, DType dtype) {
-  return dtype == DType::kBF16 ? test::bf16_to_float(b) : test::f16_to_float(b);
-}
-
-// Uploads floats (already representable in `dtype`) as 16-bit values, in chunks so that a
-// long cache never needs a second full-size host copy.
-inline void upload_rounded(const DeviceBuffer& dst, const std::vector<float>& src, DType dtype) {
-  constexpr size_t kChunk = size_t{1} << 22;
-  std::vector<uint16_t> bits(std::min(kChunk, src.size()));
-  for (size_t off = 0; off < src.size(); off += kChunk) {
-    const size_t n = std::min(kChunk, src.size() - off);
-    for (size_t i = 0; i < n; ++i) bits[i] = to_bits(src[off + i], dtype);
-    ATTNJIT_CU(cuMemcpyHtoD, dst.ptr() + off * 2, bits.data(), n * 2);
-  }
-}
 
 struct MlaCase {
   DType dtype = DType::kBF16;
