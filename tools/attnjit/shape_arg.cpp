@@ -9,6 +9,7 @@
 
 #include "attnjit/error.hpp"
 #include "cli.hpp"
+#include "tuning/shape.hpp"
 
 namespace attnjit::cli {
 
@@ -29,6 +30,8 @@ std::map<std::string, std::string> parse_shape(const std::string& text) {
 }
 
 nlohmann::json parse_shape_json(const std::string& text) {
+  // The shape becomes JSON (dumped for case seeds and messages): only valid UTF-8.
+  if (!tuning::is_valid_utf8(text)) fail_arg("--shape", "the text is not valid UTF-8");
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [k, v] : parse_shape(text)) {
     if (k == "dtype") {
