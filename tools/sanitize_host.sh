@@ -41,7 +41,7 @@ run_asan() {
 run_tsan() {
   configure_build build-tsan "-fsanitize=thread -fno-omit-frame-pointer"
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/sanitizer/tsan.supp" \
-    build-tsan/tests/attnjit_tests "[threads],[cache],[tune]"
+    build-tsan/tests/attnjit_tests "[threads]~[gpu],[cache]~[gpu],[tune]~[gpu]"
 }
 
 case "$which" in
