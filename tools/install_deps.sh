@@ -5,7 +5,10 @@
 # /usr/local/cuda or $CUDA_HOME).
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcli11-dev libssl-dev python3-pip)
+# clang + libclang-rt-dev (Debian's default clang, its sanitizer runtimes and libFuzzer; only
+# a Recommends of clang, so named here for --no-install-recommends): tools/fuzz.sh.
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcli11-dev libssl-dev python3-pip
+          clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

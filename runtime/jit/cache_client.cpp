@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -81,6 +82,40 @@ std::string kernel_from_entry(const cache::Entry& entry, CompiledKernel& out) {
     return fmt::format("meta.json is malformed: {}", e.what());
   }
   return "";
+}
+
+nlohmann::ordered_json entry_summary(std::string_view meta_text) {
+  const nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, false);
+  const bool readable = meta.is_object();
+  auto field = [&](const char* name) -> const nlohmann::json* {
+    if (!readable) return nullptr;
+    auto it = meta.find(name);
+    return it == meta.end() ? nullptr : &*it;
+  };
+  // Integers must fit an int (the text view prints them as one).
+  auto integer = [&](const char* name) -> nlohmann::json {
+    const nlohmann::json* v = field(name);
+    if (!v || !v->is_number_integer()) return -1;
+    if (v->is_number_unsigned()) {
+      const auto u = v->get<uint64_t>();
+      return u <= static_cast<uint64_t>(INT32_MAX) ? nlohmann::json(u) : nlohmann::json(-1);
+    }
+    const auto i = v->get<int64_t>();
+    return i >= INT32_MIN && i <= INT32_MAX ? nlohmann::json(i) : nlohmann::json(-1);
+  };
+  nlohmann::ordered_json j;
+  const nlohmann::json* op = field("op");
+  j["op"] = op && op->is_string() ? *op : nlohmann::json("?");
+  const nlohmann::json* config = field("config");
+  j["config"] = config ? *config : nlohmann::json(nullptr);
+  j["registers"] = integer("registers");
+  j["spill_bytes"] = integer("spill_bytes");
+  const nlohmann::json* ms = field("compile_ms");
+  j["compile_ms"] = ms && ms->is_number() ? *ms : nlohmann::json(-1);
+  j["static_smem_bytes"] = integer("static_smem_bytes");
+  j["dynamic_smem_bytes"] = integer("dynamic_smem_bytes");
+  if (!readable) j["unreadable"] = true;  // `verify` says why and quarantines it
+  return j;
 }
 
 CachedKernel ensure_compiled(cache::Cache& cache, const KernelRecipe& recipe) {

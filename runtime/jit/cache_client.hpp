@@ -9,6 +9,7 @@
 // without one; the runtime's miss path (build_kernel) goes through runtime_compile().
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "cache/cache.hpp"
 #include "jit/compiler.hpp"
@@ -51,5 +52,12 @@ nlohmann::ordered_json entry_meta(const KeyInputs& inputs, const CompiledKernel&
 // or why the entry cannot be used (an incomplete meta.json, an unknown arch). Also the
 // check `attnjit cache verify` applies on top of the cache's own.
 std::string kernel_from_entry(const cache::Entry& entry, CompiledKernel& out);
+
+// `attnjit cache ls`'s row for an entry from its meta.json text, read without trusting it
+// (ls lists unverified entries): op (string), config, registers, spill_bytes,
+// static_smem_bytes, dynamic_smem_bytes (integers), compile_ms (number). A field that is
+// missing or of another type takes its fallback ("?", null, -1); "unreadable": true when
+// the text is not a JSON object. Never throws.
+nlohmann::ordered_json entry_summary(std::string_view meta_text);
 
 }  // namespace attnjit::jit

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -334,6 +335,24 @@ void save_merged(const std::string& path, const Db& add, const Warn& warn) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+int take_runtime_int(json& candidate, const char* name, int fallback, int lo, int hi) {
+  if (!candidate.is_object())
+    throw Error(ErrorKind::kUnsupportedConfig,
+                fmt::format("tuned candidate must be a JSON object, got {}", candidate.dump()));
+  auto it = candidate.find(name);
+  if (it == candidate.end()) return fallback;
+  // Integers only: get<int>() of a string throws json::type_error, of 1e300 is undefined.
+  const bool ok = it->is_number_integer() &&
+                  !(it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT64_MAX});
+  const int64_t v = ok ? it->get<int64_t>() : 0;
+  if (!ok || v < lo || v > hi)
+    throw Error(ErrorKind::kUnsupportedConfig,
+                fmt::format("tuned candidate field '{}' must be an integer in {}..{}, got {}", name, lo,
+                            hi, it->dump()));
+  candidate.erase(it);
+  return static_cast<int>(v);
 }
 
 std::string db_path_for(const std::string& explicit_cache_dir) {

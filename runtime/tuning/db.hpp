@@ -102,6 +102,13 @@ void merge_into(Db& base, const Db& add);
 // never silently overwritten. Throws Error(kCache) when the file cannot be written.
 void save_merged(const std::string& path, const Db& add, const Warn& warn = warn_stderr);
 
+// Takes the run-time field `name` (e.g. "num_splits") out of a tuned candidate as the
+// runtime reads it from the database: missing = `fallback`, else an integer in lo..hi.
+// Throws Error(kUnsupportedConfig) naming the field otherwise — the file comes from disk
+// and may be hand-edited, and a JSON type error or a float cast out of range must not
+// escape the ops' "unusable entry: use the heuristic" handling.
+int take_runtime_int(nlohmann::json& candidate, const char* name, int fallback, int lo, int hi);
+
 // The database path for a cache root chosen explicitly (--cache-dir; "" = the usual
 // resolution): $ATTNJIT_TUNING_DB, else <root>/tuning.json; "" (no database) when
 // ATTNJIT_TUNING_DB=off or no root can be resolved.

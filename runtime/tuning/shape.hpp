@@ -13,12 +13,30 @@
 
 namespace attnjit::tuning {
 
+// A shape value for an error message. Shapes are built from command-line text
+// (`--shape k=v`), whose strings need not be valid UTF-8: a plain dump() would throw
+// json::type_error (316) in place of the error being reported. Bad bytes print as U+FFFD.
+inline std::string shape_value_text(const nlohmann::json& v) {
+  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Whether command-line shape text is valid UTF-8 (what JSON strings must hold). The CLI's
+// `--shape` parsers refuse text that is not, naming the flag.
+inline bool is_valid_utf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 class ShapeReader {
  public:
   ShapeReader(const nlohmann::json& j, std::string op, std::string keys)
       : j_(j), op_(std::move(op)), keys_(std::move(keys)) {
     if (!j_.is_object())
-      fail_arg(op_ + " shape", fmt::format("must be a JSON object of {}, got {}", keys_, j_.dump()));
+      fail_arg(op_ + " shape", fmt::format("must be a JSON object of {}, got {}", keys_, shape_value_text(j_)));
   }
 
   int64_t get_int(const char* key, int64_t fallback, int64_t lo, int64_t hi) {
@@ -26,7 +44,7 @@ class ShapeReader {
     auto it = j_.find(key);
     if (it == j_.end()) return fallback;
     if (!it->is_number_integer())
-      fail_arg(where(key), fmt::format("must be an integer, got {}", it->dump()));
+      fail_arg(where(key), fmt::format("must be an integer, got {}", shape_value_text(*it)));
     const int64_t v = it->get<int64_t>();
     if (v < lo || v > hi) fail_arg(where(key), fmt::format("must be in {}..{}, got {}", lo, hi, v));
     return v;
@@ -37,7 +55,7 @@ class ShapeReader {
     auto it = j_.find(key);
     if (it == j_.end()) return fallback;
     auto d = it->is_string() ? parse_dtype(it->get<std::string>()) : std::nullopt;
-    if (!d) fail_arg(where(key), fmt::format("unknown dtype {}", it->dump()));
+    if (!d) fail_arg(where(key), fmt::format("unknown dtype {}", shape_value_text(*it)));
     return *d;
   }
 

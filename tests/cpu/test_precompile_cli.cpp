@@ -298,3 +298,33 @@ TEST_CASE("precompile(): the public API compiles into the cache, then hits", "[c
   REQUIRE_ERROR(precompile("tma_copy", "not json", kSm90a, s.root()),
                 ErrorKind::kUnsupportedConfig, "not a JSON object");
 }
+
+// Found by fuzzing the entry meta (tests/fuzz/fuzz_entry_meta.cpp): `cache ls` lists
+// unverified entries, and read a meta.json field of another type (an "op" number, a
+// "registers" string) with get<>(), which threw out of the whole listing, or a huge float
+// into an int (undefined behaviour). One bad entry must show as such, the rest still list.
+TEST_CASE("cache ls: an entry whose meta.json has wrongly typed fields is listed", "[cli][cache]") {
+  ScratchDir s;
+  const fs::path entry = fs::path(s.root()) / "sm_90a" / "ab" / ("ab" + std::string(62, '0'));
+  fs::create_directories(entry);
+  test::write_text(entry / "meta.json",
+                   R"({"op": 5, "registers": "many", "spill_bytes": 1e300, "compile_ms": "x",
+                       "static_smem_bytes": 99999999999999999999, "dynamic_smem_bytes": -1e300})");
+  const fs::path other = fs::path(s.root()) / "sm_90a" / "cd" / ("cd" + std::string(62, '0'));
+  fs::create_directories(other);
+  test::write_text(other / "meta.json", "[1, 2");  // not JSON at all
+
+  const auto text = run_cli("cache ls " + dir_arg(s));
+  INFO(text.out);
+  CHECK(text.rc == 0);
+  const auto js = run_cli("cache ls --json " + dir_arg(s));
+  REQUIRE(js.rc == 0);
+  const nlohmann::json ls = test::json_of(js);
+  REQUIRE(ls.size() == 2);
+  CHECK(ls[0]["op"] == "?");
+  for (const char* f : {"registers", "spill_bytes", "compile_ms", "static_smem_bytes",
+                        "dynamic_smem_bytes"})
+    CHECK(ls[0][f] == -1);
+  CHECK_FALSE(ls[0].contains("unreadable"));
+  CHECK(ls[1]["unreadable"] == true);
+}

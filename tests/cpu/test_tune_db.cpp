@@ -19,6 +19,7 @@
 #include "attnjit/tuning.hpp"
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
+#include "support/errors.hpp"
 #include "test_cache_support.hpp"
 #include "tuning/db.hpp"
 
@@ -290,4 +291,29 @@ TEST_CASE("tune db: tuned_config without a database or a GPU is the heuristic's 
   CHECK(mla_decode_selected_config(s) == mla_decode_default_config(DType::kBF16, 200, 2, 32));
   reload_tuning_db();
   CHECK(tuning_db_generation() == g + 1);
+}
+
+// The runtime's reading of a tuned candidate's run-time field (mha_fwd and mla_decode's
+// num_splits). It was `value("num_splits", 0)`: a string threw json::type_error past the
+// ops' `catch (const Error&)` ("unusable entry: use the heuristic") into the caller, and
+// 1e300 was a float-to-int cast out of range. Found while writing the tuning database's
+// fuzz target (tests/fuzz/fuzz_tuning_db.cpp).
+TEST_CASE("tune db: a tuned candidate's run-time field is an integer in range or an Error",
+          "[tune]") {
+  using attnjit::tuning::take_runtime_int;
+  nlohmann::json c = {{"block_n", 64}, {"num_splits", 4}};
+  CHECK(take_runtime_int(c, "num_splits", 0, 0, 256) == 4);
+  CHECK_FALSE(c.contains("num_splits"));  // taken out: the rest is the op's config
+  CHECK(take_runtime_int(c, "num_splits", 7, 0, 256) == 7);  // missing: the fallback
+  for (const nlohmann::json& bad : {nlohmann::json("4"), nlohmann::json(1e300), nlohmann::json(4.0),
+                                    nlohmann::json(-1), nlohmann::json(257), nlohmann::json(nullptr),
+                                    nlohmann::json(uint64_t{18446744073709551615u})}) {
+    nlohmann::json b = {{"num_splits", bad}};
+    INFO(bad.dump());
+    REQUIRE_ERROR(take_runtime_int(b, "num_splits", 0, 0, 256), attnjit::ErrorKind::kUnsupportedConfig,
+                  "num_splits");
+  }
+  nlohmann::json not_object = nlohmann::json::array();
+  REQUIRE_ERROR(take_runtime_int(not_object, "num_splits", 0, 0, 256),
+                attnjit::ErrorKind::kUnsupportedConfig, "JSON object");
 }

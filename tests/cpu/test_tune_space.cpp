@@ -8,6 +8,7 @@
 #include "attnjit/ops/tma_copy.hpp"
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
+#include "cli.hpp"
 #include "tune/space.hpp"
 
 using namespace attnjit;
@@ -142,4 +143,33 @@ TEST_CASE("tune space: --shape text and describe_change", "[tune]") {
   CHECK(tune::describe_change(d, d) == "default");
   CHECK(tune::describe_change({{"a", 2}, {"b", "x"}}, d) == "a=2");
   CHECK(tune::describe_change({{"a", 2}, {"b", "y"}}, d) == "a=2 b=y");
+}
+
+// Found by tests/fuzz/fuzz_shape.cpp (its corpus keeps the input, utf8_lse_log2): `--shape`
+// text is bytes, and a value that is not valid UTF-8 reached the shape readers' error
+// messages, whose json::dump() threw type_error 316 instead of the error being reported
+// (an uncaught exception out of `attnjit tune` / `attnjit bench`).
+TEST_CASE("tune space: --shape text that is not UTF-8 is a usage error", "[tune][cli]") {
+  const std::string bad = "tokens=8192,lse_log2=\x97\x97" "1";
+  CHECK_THROWS_AS(tune::shape_from_text(bad), tune::UsageError);
+  try {
+    attnjit::cli::parse_shape_json(bad);
+    FAIL("parse_shape_json accepted invalid UTF-8");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kBadArgument);
+    CHECK(std::string(e.what()).find("UTF-8") != std::string::npos);
+  }
+  // A shape object built in code with such a string: the op's reader still answers with
+  // its own Error naming the key.
+  for (const auto& op : ops::registry()) {
+    if (!op.tuning.canonical_shape) continue;
+    INFO(op.name);
+    for (const char* key : {"dtype", "rows", "tokens", "b"}) {
+      try {
+        (void)op.tuning.canonical_shape(json{{key, std::string("\x97")}});
+      } catch (const Error& e) {
+        CHECK(std::string(e.what()).find(key) != std::string::npos);
+      }
+    }
+  }
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -65,29 +66,22 @@ int stats(cache::Cache& c, bool json) {
 int ls(cache::Cache& c, bool json) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const cache::EntryInfo& e : c.entries()) {
+    // The entry is not verified here: entry_summary reads its meta.json without trusting
+    // it, so one bad entry is shown as such instead of failing the listing.
+    std::ifstream in(e.dir + "/" + cache::kMetaFile, std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const nlohmann::ordered_json s = jit::entry_summary(text);
     nlohmann::ordered_json j;
-    nlohmann::json meta;
-    try {
-      meta = nlohmann::json::parse(std::ifstream(e.dir + "/" + cache::kMetaFile));
-    } catch (const nlohmann::json::exception&) {
-      meta = nlohmann::json::object();
-    }
-    auto field = [&](const char* name, nlohmann::json fallback) {
-      auto it = meta.find(name);
-      return it == meta.end() ? fallback : *it;
-    };
-    j["op"] = field("op", "?");
-    j["config"] = field("config", nullptr);
+    j["op"] = s["op"];
+    j["config"] = s["config"];
     j["arch"] = e.arch;
     j["key"] = e.key;
-    j["registers"] = field("registers", -1);
-    j["spill_bytes"] = field("spill_bytes", -1);
-    j["compile_ms"] = field("compile_ms", -1);
-    j["static_smem_bytes"] = field("static_smem_bytes", -1);
-    j["dynamic_smem_bytes"] = field("dynamic_smem_bytes", -1);
+    for (const char* f : {"registers", "spill_bytes", "compile_ms", "static_smem_bytes",
+                          "dynamic_smem_bytes"})
+      j[f] = s[f];
     j["bytes"] = e.bytes;
     j["last_used"] = static_cast<long long>(e.last_used);
-    if (meta.empty()) j["unreadable"] = true;  // `verify` says why and quarantines it
+    if (s.contains("unreadable")) j["unreadable"] = true;
     out.push_back(j);
   }
   if (json) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,7 @@
 #include "cache/hash.hpp"
 #include "driver/driver.hpp"
 #include "jit/cache_client.hpp"
+#include "manifest.hpp"
 #include "ops/registry.hpp"
 #include "tune/tuned_variants.hpp"
 #include "tuning/db.hpp"
@@ -35,11 +37,6 @@ struct PrecompileOptions {
   std::string manifest, arch = "sm_90a", cache_dir, op, config;
   int jobs = 0;  // 0 = one per hardware thread
   bool json = false, load = false;
-};
-
-// A usage problem (bad flag value, bad manifest): exit code 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
 struct Variant {
@@ -56,18 +53,6 @@ struct Outcome {
   double ms = 0, load_ms = -1;
   int registers = -1, spill_bytes = 0;
 };
-
-std::vector<Arch> parse_archs(const std::string& list) {
-  std::vector<Arch> out;
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');) {
-    auto a = parse_arch(item);
-    if (!a) throw UsageError(fmt::format("--arch: '{}' is not an arch like sm_90a", item));
-    out.push_back(*a);
-  }
-  if (out.empty()) throw UsageError("--arch: empty list");
-  return out;
-}
 
 // Canonicalizes one {op, config} pair; `where` prefixes every error.
 nlohmann::json canonical(const ops::OpSpec& op, const nlohmann::json& config,
@@ -96,41 +81,9 @@ std::pair<std::vector<Variant>, std::vector<Variant>> plan(const PrecompileOptio
       throw UsageError("--manifest cannot be combined with --op/--config");
     std::ifstream in(o.manifest);
     if (!in) throw UsageError(fmt::format("--manifest: cannot read {}", o.manifest));
-    nlohmann::json m;
-    try {
-      m = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(fmt::format("manifest {}: not JSON: {}", o.manifest, e.what()));
-    }
-    if (!m.is_array())
-      throw UsageError(
-          fmt::format("manifest {}: must be a JSON list of {{\"op\": ..., \"config\": "
-                      "{{...}}, \"arch\": ...}} objects",
-                      o.manifest));
-    for (size_t i = 0; i < m.size(); ++i) {
-      const std::string where = fmt::format("manifest {} item {}", o.manifest, i);
-      const nlohmann::json& item = m[i];
-      if (!item.is_object()) throw UsageError(where + ": must be an object");
-      for (auto it = item.begin(); it != item.end(); ++it)
-        if (it.key() != "op" && it.key() != "config" && it.key() != "arch")
-          throw UsageError(
-              fmt::format("{}: unknown field '{}' (expected op, config, arch)", where, it.key()));
-      if (!item.contains("op") || !item["op"].is_string())
-        throw UsageError(where + ": field 'op' is missing or not a string");
-      const ops::OpSpec& op = op_named(item["op"].get<std::string>(), where);
-      const nlohmann::json config =
-          canonical(op, item.value("config", nlohmann::json::object()), where);
-      std::vector<Arch> item_archs = archs;
-      if (item.contains("arch")) {
-        if (!item["arch"].is_string()) throw UsageError(where + ": field 'arch' must be a string");
-        try {
-          item_archs = parse_archs(item["arch"].get<std::string>());
-        } catch (const UsageError& e) {
-          throw UsageError(fmt::format("{}: field 'arch': {}", where, e.what()));
-        }
-      }
-      for (const Arch& a : item_archs) all.push_back({&op, config, a});
-    }
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    for (ManifestVariant& v : parse_manifest(text, o.manifest, archs))
+      all.push_back({v.op, std::move(v.config), v.arch});
   } else if (!o.op.empty()) {
     const ops::OpSpec& op = op_named(o.op, "--op");
     std::vector<nlohmann::json> configs;

@@ -197,8 +197,7 @@ Choice lookup(const MhaFwdConfig& f, const CallSizes& z) {
   }
   try {
     if (auto t = runnable ? tuned_config("mha_fwd", shape) : std::nullopt) {
-      const int splits = t->value("num_splits", 0);
-      t->erase("num_splits");
+      const int splits = tuning::take_runtime_int(*t, "num_splits", 0, 0, kMaxSplits);
       const MhaFwdConfig c = MhaFwdConfig::from_json(t->dump());
       // The bucket pins these; a mismatch means an entry written by hand or by another build.
       if (c.dtype != f.dtype || c.head_dim != f.head_dim || c.head_dim_v != f.head_dim_v ||

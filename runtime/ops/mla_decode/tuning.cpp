@@ -141,8 +141,7 @@ Choice lookup(DType dtype, int64_t b, int64_t q_len, int64_t h, int64_t page, in
   Choice choice;
   try {
     if (auto t = tuned_config("mla_decode", shape)) {
-      const int splits = t->value("num_splits", 0);
-      t->erase("num_splits");
+      const int splits = tuning::take_runtime_int(*t, "num_splits", 0, 0, kMaxSplits);
       const MlaDecodeConfig c = MlaDecodeConfig::from_json(t->dump());
       // The bucket pins these; a mismatch means an entry written by hand or by another build.
       if (c.dtype != dtype || c.num_heads != h || c.page_size != page || c.max_q_len < q_len ||

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "attnjit/error.hpp"
+#include "tuning/shape.hpp"
 
 namespace attnjit::tune {
 using nlohmann::json;
@@ -147,6 +148,7 @@ Space enumerate(const ops::OpSpec& op, const json& shape, const std::optional<js
 }
 
 json shape_from_text(const std::string& text) {
+  if (!tuning::is_valid_utf8(text)) throw UsageError("--shape: the text is not valid UTF-8");
   json out = json::object();
   size_t pos = 0;
   while (pos < text.size()) {
