@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # compute-sanitizer (memcheck, initcheck, synccheck, racecheck) over the GPU tests that run
 # every shipped kernel at small sizes: each op's main kernel, its schedule, combine and
-# check kernels, and the seesaw hand-off reproduction. Each (tool, test) pair gets a time
-# limit; a pair that runs past it is reported as such, never as clean. A pair with reports
+# check kernels, the seesaw hand-off reproduction, and both ops on hostile device values in
+# unchecked mode (drill 10: memcheck shows they stay in bounds). Each (tool, test) pair gets
+# a time limit; a pair that runs past it is reported as such, never as clean. A pair with reports
 # passes only when tools/sanitizer_check.py finds every one in tools/sanitizer_known.txt
 # (racecheck's known limits, each explained in docs/sanitizers.md).
 #   tools/gpu_sanitize.sh TEST_BINARY OUT_DIR [PAIR_TIMEOUT_S]
@@ -22,6 +23,8 @@ tests=(
   "mha_fwd softcap, ALiBi and sinks (±inf included)"
   "mha_fwd persistent launch"
   "mha_fwd checked mode names the first bad offset, length or table entry"
+  "mla_decode unchecked: hostile lengths, table entries and offsets stay in bounds"
+  "mha_fwd unchecked: hostile lengths, table entries and offsets stay in bounds"
 )
 status=0
 : >"$out/sanitize.txt"
