@@ -8,6 +8,7 @@
 
 #include "attnjit/ops/tma_copy.hpp"
 #include "driver/driver.hpp"
+#include "jit/launch_count.hpp"
 #include "support/catch.hpp"
 #include "support/errors.hpp"
 #include "support/gpu.hpp"
@@ -35,7 +36,10 @@ void check_copy(const TmaCopyConfig& config, int64_t rows, int64_t cols, int64_t
   dst.fill_byte(0xA5);  // poison: every byte of the view must be overwritten
   const TensorView s = TensorView::strided(src.data(), config.dtype, {rows, cols}, {ld, 1});
   const TensorView d = TensorView::strided(dst.data(), config.dtype, {rows, cols}, {ld, 1});
+  const uint64_t launches = jit::launch_count();
   tma_copy({.dst = d, .src = s}, nullptr, &config);
+  // One copy, one kernel: the counter REQUIRE_REFUSED reads sees real launches.
+  CHECK(jit::launch_count() == launches + 1);
   test::synchronize();
   const std::vector<uint8_t> out = dst.download_as<uint8_t>(bytes);
   size_t wrong = 0, padding_touched = 0;
