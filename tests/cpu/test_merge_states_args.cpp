@@ -35,9 +35,11 @@ const MergeStatesPlan kPlan{{DType::kBF16, kN, kH, kD}, merge_states_default_con
 TEST_CASE("merge_states refuses bad arguments before any launch, naming them", "[merge_states][args]") {
   REQUIRE_NOTHROW(merge_states_schedule(kPlan, good(), {}, nullptr));
   auto refused = [](MergeStatesArgs a, const char* name, const char* rule) {
-    INFO(name << ": " << rule);
-    REQUIRE_REFUSED(merge_states(a, nullptr), ErrorKind::kBadArgument, name, rule);
-    REQUIRE_REFUSED(merge_states_schedule(kPlan, a, {}, nullptr), ErrorKind::kBadArgument, name, rule);
+    const std::string named = std::string(name) + ": ";  // "bad argument: NAME: rule"
+    INFO(named << rule);
+    REQUIRE_REFUSED(merge_states(a, nullptr), ErrorKind::kBadArgument, named.c_str(), rule);
+    REQUIRE_REFUSED(merge_states_schedule(kPlan, a, {}, nullptr), ErrorKind::kBadArgument,
+                    named.c_str(), rule);
   };
   using A = MergeStatesArgs;
   for (auto [field, name] : {std::pair{&A::v_a, "v_a"}, {&A::v_b, "v_b"}, {&A::v_out, "v_out"},
@@ -85,6 +87,12 @@ TEST_CASE("merge_states refuses bad arguments before any launch, naming them", "
   a = good();
   a.lse_out.data = a.v_b.data;
   refused(a, "lse_out", "overlaps v_b");
+  a = good();
+  a.v_b.device = 1;
+  refused(a, "v_b", "is on device 1 but v_a is on device 0");
+  a = good();
+  a.lse_out.device = 1;
+  refused(a, "lse_out", "is on device 1");
   // In place is the same view of an input: allowed.
   a = good();
   a.v_out = a.v_a;
