@@ -222,6 +222,19 @@ TEST_CASE("mla_decode_plan rejects a bad shape before touching the device", "[ml
   MlaDecodeConfig invalid = cfg;
   invalid.num_heads = 200;
   REQUIRE_REFUSED(mla_decode_plan(good, &invalid), ErrorKind::kUnsupportedConfig, "'num_heads'");
+  // A batch-invariant config fixes the split itself, in pieces the combine must merge: a
+  // 600-page table (600 tiles) in 1-tile pieces is more than its 512 partials.
+  MlaDecodeConfig invariant = cfg;
+  invariant.invariant_tiles = 4;
+  MlaDecodeShape forced = good;
+  forced.num_splits = 2;
+  REQUIRE_REFUSED(mla_decode_plan(forced, &invariant), bad, "shape.num_splits",
+                  "must be 0 with a batch-invariant config");
+  invariant.invariant_tiles = 1;
+  MlaDecodeShape long_table = good;
+  long_table.max_pages = 600;
+  REQUIRE_REFUSED(mla_decode_plan(long_table, &invariant), ErrorKind::kUnsupportedConfig,
+                  "mla_decode.invariant_tiles", "600 pieces per sequence", "at most 512");
 }
 
 TEST_CASE("mla_decode refuses a call its plan was not made for", "[mla_decode][args]") {
@@ -250,6 +263,21 @@ TEST_CASE("mla_decode refuses a call its plan was not made for", "[mla_decode][a
   p = valid_plan(a, 1);
   p.config.num_heads = 32;
   REQUIRE_REFUSED(run(a, p), bad, "q", "num_heads = 32");
+  // A balanced plan whose invariant pieces outnumber what the combine merges (600 tiles of
+  // capacity in 1-tile pieces), which mla_decode_plan refuses to make.
+  MlaDecodeArgs long_table = a;
+  long_table.block_table = TensorView::contiguous(fake(2), DType::kI32, {B, 600});
+  p = valid_plan(long_table, 1);
+  p.balanced = true;
+  p.num_splits = 0;
+  p.sm_slots = 1;
+  p.config.invariant_tiles = 1;
+  // A workspace of the size such a plan reads: the call is refused for its pieces alone.
+  const Workspace ws{fake(6), mla_decode_balanced_workspace_bytes(p.shape, 1, 1)};
+  REQUIRE_REFUSED(mla_decode(long_table, p, ws, nullptr), ErrorKind::kUnsupportedConfig,
+                  "mla_decode.invariant_tiles", "600 pieces per sequence");
+  REQUIRE_REFUSED(mla_decode_schedule(p, long_table, ws, nullptr), ErrorKind::kUnsupportedConfig,
+                  "mla_decode.invariant_tiles");
 }
 
 namespace {
