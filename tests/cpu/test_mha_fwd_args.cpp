@@ -344,6 +344,21 @@ TEST_CASE("mha_fwd rejects bad arguments before launching", "[config][mha_fwd][a
     a.lse.data = nullptr;
     REQUIRE_NOTHROW(mha_fwd_schedule(plan_of(a, padded, 1), a, {}, nullptr));
   }
+  SECTION("device") {
+    // Every tensor a call sets lives on q's device, by name.
+    MhaFwdArgs a = padded_args();
+    a.lse.device = 1;
+    REQUIRE_REFUSED(run(a, padded)(), bad, "lse: ", "is on device 1 but q is on device 0");
+    a = ragged_args();
+    a.k_offsets.device = 1;
+    REQUIRE_REFUSED(run(a, ragged)(), bad, "k_offsets: ", "is on device 1");
+    a = paged_args();
+    a.block_table.device = 1;
+    REQUIRE_REFUSED(run(a, paged)(), bad, "block_table: ", "is on device 1");
+    a = padded_args();
+    a.v.device = 1;
+    REQUIRE_REFUSED(run(a, padded)(), bad, "v: ", "is on device 1");
+  }
   SECTION("capacity against the length hints") {
     // A ragged bound cannot exceed the rows q and k hold (100 and 150 here).
     MhaFwdArgs a = ragged_args();

@@ -164,6 +164,15 @@ TEST_CASE("mla_decode rejects bad arguments before launching", "[mla_decode][arg
     a.lse.data = nullptr;
     REQUIRE_NOTHROW(mla_decode_schedule(valid_plan(a, 1), a, {}, nullptr));
   }
+  SECTION("device") {
+    for (auto [field, name] : {std::pair{&A::kv_cache, "kv_cache"}, {&A::cache_lens, "cache_lens"},
+                               {&A::lse, "lse"}}) {
+      MlaDecodeArgs a = valid_args();
+      (a.*field).device = 1;
+      const std::string named = std::string(name) + ": ";
+      REQUIRE_REFUSED(call(a), bad, named.c_str(), "is on device 1 but q is on device 0");
+    }
+  }
   SECTION("against the config") {
     MlaDecodeConfig more_heads = cfg;
     more_heads.num_heads = 128;
