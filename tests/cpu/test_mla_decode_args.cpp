@@ -84,6 +84,10 @@ TEST_CASE("mla_decode rejects bad arguments before launching", "[mla_decode][arg
   const DType bf16 = DType::kBF16, f32 = DType::kF32, i32 = DType::kI32;
   using A = MlaDecodeArgs;
 
+  SECTION("the valid call passes every host check") {
+    // A static split's schedule runs the run's checks and enqueues nothing, on any machine.
+    REQUIRE_NOTHROW(mla_decode_schedule(valid_plan(valid_args(), 1), valid_args(), {}, nullptr));
+  }
   SECTION("rank") {
     REQUIRE_REFUSED(call(with(&A::q, view(0, bf16, {B * QL, H, 576}))), bad, "q", "rank 4");
     REQUIRE_REFUSED(call(with(&A::kv_cache, view(1, bf16, {PAGES * PAGE, 576}))), bad, "kv_cache",
@@ -312,8 +316,7 @@ TEST_CASE("mla_decode ragged q: the form's own argument rules", "[mla_decode][ar
   const auto bad = ErrorKind::kBadArgument;
   const DType bf16 = DType::kBF16, f32 = DType::kF32, i32 = DType::kI32;
 
-  // The valid call passes every host check: a static split's schedule runs the run's checks
-  // and enqueues nothing, on any machine.
+  // The valid call passes every host check (as in the padded case above).
   REQUIRE_NOTHROW(mla_decode_schedule(valid_plan(ragged_args(), 1), ragged_args(), {}, nullptr));
   auto ragged_with = [](TensorView MlaDecodeArgs::*field, const TensorView& v) {
     MlaDecodeArgs a = ragged_args();

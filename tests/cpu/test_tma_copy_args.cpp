@@ -46,24 +46,24 @@ TEST_CASE("tma_copy rejects bad arguments before launching", "[tma_copy][args]")
     REQUIRE_NOTHROW(tma_copy_schedule(valid_plan(), valid_args(), {}, nullptr));
   }
   SECTION("rank") {
-    REQUIRE_REFUSED(call(with_dst(view(0, bf16, {4, R, C}))), bad, "dst", "rank 2");
-    REQUIRE_REFUSED(call(with_src(view(1, bf16, {R * C}))), bad, "src", "rank 2");
+    REQUIRE_REFUSED(call(with_dst(view(0, bf16, {4, R, C}))), bad, "dst: ", "must have rank 2");
+    REQUIRE_REFUSED(call(with_src(view(1, bf16, {R * C}))), bad, "src: ", "must have rank 2");
   }
   SECTION("shape") {
-    REQUIRE_REFUSED(call(with_dst(view(0, bf16, {R, C / 2}))), bad, "dst", "shape of src");
+    REQUIRE_REFUSED(call(with_dst(view(0, bf16, {R, C / 2}))), bad, "dst: ", "must have the shape of src");
     // The plan's shape: sizes are TMA coordinates.
-    REQUIRE_REFUSED(tma_copy_plan({bf16, -1, C}), bad, "shape", "0..2^31");
-    REQUIRE_REFUSED(tma_copy_plan({bf16, R, int64_t{1} << 32}), bad, "shape", "0..2^31");
+    REQUIRE_REFUSED(tma_copy_plan({bf16, -1, C}), bad, "shape: ", "0..2^31");
+    REQUIRE_REFUSED(tma_copy_plan({bf16, R, int64_t{1} << 32}), bad, "shape: ", "0..2^31");
     // A call its plan was not made for.
     TmaCopyPlan p = valid_plan();
     p.shape.cols = 2 * C;
-    REQUIRE_REFUSED(tma_copy(valid_args(), p, {}, nullptr), bad, "src", "plan's bf16 [64, 128]");
+    REQUIRE_REFUSED(tma_copy(valid_args(), p, {}, nullptr), bad, "src: ", "plan's bf16 [64, 128]");
   }
   SECTION("dtype") {
-    REQUIRE_REFUSED(call(with_dst(view(0, DType::kF16, {R, C}))), bad, "dst", "must be bf16");
+    REQUIRE_REFUSED(call(with_dst(view(0, DType::kF16, {R, C}))), bad, "dst: ", "must be bf16, got f16");
     // A config for 4-byte elements cannot move 2-byte ones (equal widths may: bits are bits).
     const TmaCopyConfig f32 = tma_copy_default_config(DType::kF32);
-    REQUIRE_REFUSED(call(valid_args(), &f32), bad, "config", "dtype f32 does not match");
+    REQUIRE_REFUSED(call(valid_args(), &f32), bad, "config: ", "dtype f32 does not match");
   }
   SECTION("alignment") {
     TmaCopyArgs a = valid_args();
