@@ -7,11 +7,19 @@
 #include "attnjit/error.hpp"
 #include "driver/driver.hpp"
 #include "jit/cache_client.hpp"
+#include "jit/launch_count.hpp"
 #include "jit/single_flight.hpp"
 
 namespace attnjit::jit {
 
 // ---- Kernel -------------------------------------------------------------------------
+
+namespace {
+// jit/launch_count.hpp. Relaxed: a count for tests, ordered with nothing else.
+std::atomic<uint64_t> g_launches{0};
+}  // namespace
+
+uint64_t launch_count() noexcept { return g_launches.load(std::memory_order_relaxed); }
 
 Kernel::Kernel(CompiledKernel compiled, unsigned dynamic_smem_bytes)
     : compiled_(std::move(compiled)), dynamic_smem_(dynamic_smem_bytes) {
@@ -56,6 +64,7 @@ void Kernel::prepare_current_device() const {
 }
 
 void Kernel::launch(const LaunchShape& shape, CUstream stream, void** args) const {
+  g_launches.fetch_add(1, std::memory_order_relaxed);  // attempts: counted before the driver
   const driver::Api& api = driver::api();
   CUdevice dev = 0;
   driver::check(api.cuCtxGetDevice(&dev), "cuCtxGetDevice");

@@ -70,7 +70,8 @@ class Kernel {
   // shared memory) for the current device. Idempotent; call before a graph capture.
   void prepare_current_device() const;
 
-  // Hot path: checks the per-device flag (one atomic load) and launches.
+  // Hot path: counts the launch (jit/launch_count.hpp), checks the per-device flag (one
+  // atomic load) and launches.
   void launch(const LaunchShape& shape, CUstream stream, void** args) const;
 
  private:

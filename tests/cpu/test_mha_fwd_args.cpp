@@ -25,10 +25,12 @@ using namespace attnjit;
 namespace {
 
 // Runs `call`, which must throw attnjit::Error(kind) whose message names one of `names` as
-// an argument ("bad argument: NAME: rule", what fail_arg writes). Several names: a rule
-// between two tensors (e.g. h_q vs h_kv) may be reported on either of them.
+// an argument ("bad argument: NAME: rule", what fail_arg writes), and launch nothing (as
+// REQUIRE_REFUSED). Several names: a rule between two tensors (e.g. h_q vs h_kv) may be
+// reported on either of them.
 template <class F>
 void require_names(F&& call, ErrorKind kind, std::initializer_list<const char*> names) {
+  const uint64_t launches = jit::launch_count();
   bool threw = false;
   try {
     call();
@@ -47,6 +49,7 @@ void require_names(F&& call, ErrorKind kind, std::initializer_list<const char*> 
     CHECK(named);
   }
   if (!threw) FAIL("expected attnjit::Error naming " << *names.begin());
+  CHECK(jit::launch_count() == launches);
 }
 
 }  // namespace
@@ -327,9 +330,47 @@ TEST_CASE("mha_fwd rejects bad arguments before launching", "[config][mha_fwd][a
     a = paged_args();
     a.kv_lens.data = nullptr;
     require_names(run(a, paged), bad, {"kv_lens"});
-    a = paged_args();  // 4 pages × 64 = 256 keys per sequence: a larger bound cannot hold
+  }
+  SECTION("missing pointer") {
+    using A = MhaFwdArgs;
+    for (auto [field, name] : {std::pair{&A::q, "q"}, {&A::k, "k"}, {&A::v, "v"}, {&A::out, "out"}}) {
+      MhaFwdArgs a = padded_args();
+      (a.*field).data = nullptr;  // the right shape, no memory
+      const std::string named = std::string(name) + ": ";
+      REQUIRE_REFUSED(run(a, padded)(), bad, named.c_str(), "got null");
+    }
+    // lse is optional: no pointer, no lse written (the host checks pass).
+    MhaFwdArgs a = padded_args();
+    a.lse.data = nullptr;
+    REQUIRE_NOTHROW(mha_fwd_schedule(plan_of(a, padded, 1), a, {}, nullptr));
+  }
+  SECTION("device") {
+    // Every tensor a call sets lives on q's device, by name.
+    MhaFwdArgs a = padded_args();
+    a.lse.device = 1;
+    REQUIRE_REFUSED(run(a, padded)(), bad, "lse: ", "is on device 1 but q is on device 0");
+    a = ragged_args();
+    a.k_offsets.device = 1;
+    REQUIRE_REFUSED(run(a, ragged)(), bad, "k_offsets: ", "is on device 1");
+    a = paged_args();
+    a.block_table.device = 1;
+    REQUIRE_REFUSED(run(a, paged)(), bad, "block_table: ", "is on device 1");
+    a = padded_args();
+    a.v.device = 1;
+    REQUIRE_REFUSED(run(a, padded)(), bad, "v: ", "is on device 1");
+  }
+  SECTION("capacity against the length hints") {
+    // A ragged bound cannot exceed the rows q and k hold (100 and 150 here).
+    MhaFwdArgs a = ragged_args();
+    a.max_seqlen_q = TQ + 1;
+    REQUIRE_REFUSED(run(a, ragged)(), bad, "max_seqlen_q: ", "0..total_q = 100");
+    a = ragged_args();
+    a.max_seqlen_k = TK + 1;
+    REQUIRE_REFUSED(run(a, ragged)(), bad, "max_seqlen_k: ", "0..total_k = 150");
+    // Nor a paged one the table's 4 pages × 64 keys.
+    a = paged_args();
     a.max_seqlen_k = MAXP * PAGE + 1;
-    require_names(run(a, paged), bad, {"max_seqlen_k"});
+    REQUIRE_REFUSED(run(a, paged)(), bad, "max_seqlen_k: ", "max_pages × page_size = 256");
   }
   SECTION("mask, score mod and sink values") {
     for (MaskKind m : {MaskKind::kWindow, MaskKind::kCausalWindow})
@@ -387,13 +428,13 @@ TEST_CASE("mha_fwd rejects bad arguments before launching", "[config][mha_fwd][a
     require_names(run_with({fake(11), need - 1}), bad, {"workspace"});
     require_names(run_with({nullptr, need}), bad, {"workspace"});
     require_names(run_with({fake(11, 4), need}), bad, {"workspace"});  // 16-byte aligned partials
-    REQUIRE_ERROR(mha_fwd_schedule(plan, a, {fake(11), need - 1}, nullptr), bad, "workspace",
-                  "mha_fwd_plan");
+    REQUIRE_REFUSED(mha_fwd_schedule(plan, a, {fake(11), need - 1}, nullptr), bad, "workspace",
+                    "mha_fwd_plan");
   }
   SECTION("an invalid config is refused as a config") {
     MhaFwdConfig c = padded;
     c.head_dim = 96;
-    REQUIRE_ERROR(mha_fwd(padded_args(), nullptr, c), ErrorKind::kUnsupportedConfig, "'head_dim");
+    REQUIRE_REFUSED(mha_fwd(padded_args(), nullptr, c), ErrorKind::kUnsupportedConfig, "'head_dim");
   }
 }
 
@@ -434,25 +475,25 @@ TEST_CASE("mha_fwd_plan rejects a bad shape before touching the device", "[confi
     edit(s);
     return mha_fwd_plan(s, &c);
   };
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.batch = -1; }), bad, "shape.batch");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.max_seqlen_q = -1; }), bad, "shape.max_seqlen_q");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.total_q = -1; }), bad, "shape.total_q");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.h_kv = 3; }), bad, "shape.h_q", "multiple");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.num_splits = 257; }), bad, "shape.num_splits");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.num_splits = -1; }), bad, "shape.num_splits");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.batch = 300, s.num_splits = 256; }), bad,
-                "shape.num_splits", "grid");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.batch = -1; }), bad, "shape.batch");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.max_seqlen_q = -1; }), bad, "shape.max_seqlen_q");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.total_q = -1; }), bad, "shape.total_q");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.h_kv = 3; }), bad, "shape.h_q", "multiple");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.num_splits = 257; }), bad, "shape.num_splits");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.num_splits = -1; }), bad, "shape.num_splits");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.batch = 300, s.num_splits = 256; }), bad,
+                  "shape.num_splits", "grid");
   // A config carries the features it was built for: the shape's must be the same.
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.features.mask = MaskKind::kCausal; }), bad,
-                "shape.features.mask");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.features.sink = true; }), bad, "shape.features.sink");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.features.head_dim = 64; }), bad,
-                "shape.features.head_dim");
-  REQUIRE_ERROR(plan_with([](MhaFwdShape& s) { s.features.ragged = true; }), bad,
-                "shape.features.ragged");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.features.mask = MaskKind::kCausal; }), bad,
+                  "shape.features.mask");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.features.sink = true; }), bad, "shape.features.sink");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.features.head_dim = 64; }), bad,
+                  "shape.features.head_dim");
+  REQUIRE_REFUSED(plan_with([](MhaFwdShape& s) { s.features.ragged = true; }), bad,
+                  "shape.features.ragged");
   MhaFwdConfig invalid = c;
   invalid.head_dim = 96;
-  REQUIRE_ERROR(mha_fwd_plan(good, &invalid), ErrorKind::kUnsupportedConfig, "'head_dim");
+  REQUIRE_REFUSED(mha_fwd_plan(good, &invalid), ErrorKind::kUnsupportedConfig, "'head_dim");
 }
 
 TEST_CASE("mha_fwd refuses a call its plan was not made for", "[config][mha_fwd][args]") {
@@ -462,23 +503,23 @@ TEST_CASE("mha_fwd refuses a call its plan was not made for", "[config][mha_fwd]
   auto run = [&](const MhaFwdPlan& plan) { mha_fwd(a, plan, {}, nullptr); };
   MhaFwdPlan p = plan_of(a, c, 1);
   p.shape.batch = B + 1;
-  REQUIRE_ERROR(run(p), bad, "q", "batch = 3");
+  REQUIRE_REFUSED(run(p), bad, "q", "batch = 3");
   p = plan_of(a, c, 1);
   p.shape.max_seqlen_q = SQ / 2;
-  REQUIRE_ERROR(run(p), bad, "q", "max_seqlen_q = 32");
+  REQUIRE_REFUSED(run(p), bad, "q", "max_seqlen_q = 32");
   p = plan_of(a, c, 1);
   p.shape.total_q = B * SQ - 1;  // the plan's workspace would be too small
   p.shape.max_seqlen_q = SQ;
-  REQUIRE_ERROR(run(p), bad, "q", "total_q");
+  REQUIRE_REFUSED(run(p), bad, "q", "total_q");
   p = plan_of(a, c, 1);
   p.shape.h_kv = 1;
-  REQUIRE_ERROR(run(p), bad, "q", "h_q / h_kv");
+  REQUIRE_REFUSED(run(p), bad, "q", "h_q / h_kv");
   p = plan_of(a, c, 1);
   p.num_splits = 0;  // not a plan mha_fwd_plan makes
-  REQUIRE_ERROR(run(p), bad, "plan", "num_splits 0");
+  REQUIRE_REFUSED(run(p), bad, "plan", "num_splits 0");
   // A ragged call against its plan: the bound it sizes the grid with must be the plan's.
   MhaFwdArgs r = ragged_args();
   MhaFwdPlan rp = plan_of(r, config(true), 1);
   r.max_seqlen_q = 63;
-  REQUIRE_ERROR(mha_fwd(r, rp, {}, nullptr), bad, "max_seqlen_q", "64");
+  REQUIRE_REFUSED(mha_fwd(r, rp, {}, nullptr), bad, "max_seqlen_q", "64");
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -83,43 +84,51 @@ TEST_CASE("mla_decode rejects bad arguments before launching", "[mla_decode][arg
   const DType bf16 = DType::kBF16, f32 = DType::kF32, i32 = DType::kI32;
   using A = MlaDecodeArgs;
 
+  SECTION("the valid call passes every host check") {
+    // A static split's schedule runs the run's checks and enqueues nothing, on any machine.
+    REQUIRE_NOTHROW(mla_decode_schedule(valid_plan(valid_args(), 1), valid_args(), {}, nullptr));
+  }
   SECTION("rank") {
-    REQUIRE_ERROR(call(with(&A::q, view(0, bf16, {B * QL, H, 576}))), bad, "q", "rank 4");
-    REQUIRE_ERROR(call(with(&A::kv_cache, view(1, bf16, {PAGES * PAGE, 576}))), bad, "kv_cache",
-                  "rank 3");
-    REQUIRE_ERROR(call(with(&A::block_table, view(2, i32, {B * MAXP}))), bad, "block_table",
-                  "rank 2");
-    REQUIRE_ERROR(call(with(&A::cache_lens, view(3, i32, {B, 1}))), bad, "cache_lens", "rank 1");
-    REQUIRE_ERROR(call(with(&A::out, view(4, bf16, {B * QL, H, 512}))), bad, "out", "rank 4");
-    REQUIRE_ERROR(call(with(&A::lse, view(5, f32, {B * H, QL}))), bad, "lse", "rank 3");
+    REQUIRE_REFUSED(call(with(&A::q, view(0, bf16, {B * QL, H, 576}))), bad, "q", "rank 4");
+    REQUIRE_REFUSED(call(with(&A::kv_cache, view(1, bf16, {PAGES * PAGE, 576}))), bad, "kv_cache",
+                    "rank 3");
+    REQUIRE_REFUSED(call(with(&A::block_table, view(2, i32, {B * MAXP}))), bad, "block_table",
+                    "rank 2");
+    REQUIRE_REFUSED(call(with(&A::cache_lens, view(3, i32, {B, 1}))), bad, "cache_lens", "rank 1");
+    REQUIRE_REFUSED(call(with(&A::out, view(4, bf16, {B * QL, H, 512}))), bad, "out", "rank 4");
+    REQUIRE_REFUSED(call(with(&A::lse, view(5, f32, {B * H, QL}))), bad, "lse", "rank 3");
   }
   SECTION("shape") {
-    REQUIRE_ERROR(call(with(&A::q, view(0, bf16, {B, QL, H, 512}))), bad, "q", "576");
-    REQUIRE_ERROR(call(with(&A::kv_cache, view(1, bf16, {PAGES, PAGE, 512}))), bad, "kv_cache",
-                  "576");
+    REQUIRE_REFUSED(call(with(&A::q, view(0, bf16, {B, QL, H, 512}))), bad, "q", "576");
+    REQUIRE_REFUSED(call(with(&A::kv_cache, view(1, bf16, {PAGES, PAGE, 512}))), bad, "kv_cache",
+                    "576");
     // A page size other than the config's.
-    REQUIRE_ERROR(call(with(&A::kv_cache, view(1, bf16, {PAGES, 32, 576}))), bad, "kv_cache",
-                  "page");
-    REQUIRE_ERROR(call(with(&A::out, view(4, bf16, {B, QL, H, 576}))), bad, "out", "512");
-    REQUIRE_ERROR(call(with(&A::out, view(4, bf16, {B + 1, QL, H, 512}))), bad, "out");
-    REQUIRE_ERROR(call(with(&A::out, view(4, bf16, {B, QL, H / 2, 512}))), bad, "out");
+    REQUIRE_REFUSED(call(with(&A::kv_cache, view(1, bf16, {PAGES, 32, 576}))), bad, "kv_cache",
+                    "page");
+    REQUIRE_REFUSED(call(with(&A::out, view(4, bf16, {B, QL, H, 576}))), bad, "out", "512");
+    REQUIRE_REFUSED(call(with(&A::out, view(4, bf16, {B + 1, QL, H, 512}))), bad, "out");
+    REQUIRE_REFUSED(call(with(&A::out, view(4, bf16, {B, QL, H / 2, 512}))), bad, "out");
     // [b, q_len, h] is not lse's [b, h, q_len] layout.
-    REQUIRE_ERROR(call(with(&A::lse, view(5, f32, {B, QL, H}))), bad, "lse");
-    REQUIRE_ERROR(call(with(&A::block_table, view(2, i32, {B + 1, MAXP}))), bad, "block_table");
-    REQUIRE_ERROR(call(with(&A::cache_lens, view(3, i32, {B + 1}))), bad, "cache_lens");
+    REQUIRE_REFUSED(call(with(&A::lse, view(5, f32, {B, QL, H}))), bad, "lse");
+    REQUIRE_REFUSED(call(with(&A::block_table, view(2, i32, {B + 1, MAXP}))), bad, "block_table");
+    REQUIRE_REFUSED(call(with(&A::cache_lens, view(3, i32, {B + 1}))), bad, "cache_lens");
   }
   SECTION("dtype") {
-    REQUIRE_ERROR(call(with(&A::q, view(0, f32, {B, QL, H, 576}))), bad, "q");
-    REQUIRE_ERROR(call(with(&A::kv_cache, view(1, DType::kF16, {PAGES, PAGE, 576}))), bad,
-                  "kv_cache");
-    REQUIRE_ERROR(call(with(&A::out, view(4, DType::kF16, {B, QL, H, 512}))), bad, "out");
-    REQUIRE_ERROR(call(with(&A::lse, view(5, bf16, {B, H, QL}))), bad, "lse");
-    REQUIRE_ERROR(call(with(&A::block_table, view(2, f32, {B, MAXP}))), bad, "block_table");
-    REQUIRE_ERROR(call(with(&A::cache_lens, view(3, f32, {B}))), bad, "cache_lens");
+    REQUIRE_REFUSED(call(with(&A::q, view(0, f32, {B, QL, H, 576}))), bad, "q: ",
+                    "must be bf16 or f16, got f32");
+    REQUIRE_REFUSED(call(with(&A::kv_cache, view(1, DType::kF16, {PAGES, PAGE, 576}))), bad,
+                    "kv_cache: ", "must be bf16, got f16");
+    REQUIRE_REFUSED(call(with(&A::out, view(4, DType::kF16, {B, QL, H, 512}))), bad, "out: ",
+                    "must be bf16");
+    REQUIRE_REFUSED(call(with(&A::lse, view(5, bf16, {B, H, QL}))), bad, "lse: ", "must be f32");
+    REQUIRE_REFUSED(call(with(&A::block_table, view(2, f32, {B, MAXP}))), bad, "block_table: ",
+                    "must be i32");
+    REQUIRE_REFUSED(call(with(&A::cache_lens, view(3, f32, {B}))), bad, "cache_lens: ",
+                    "must be i32");
     // Consistent f16 tensors against a bf16 config.
     MlaDecodeArgs a = valid_args();
     a.q.dtype = a.kv_cache.dtype = a.out.dtype = DType::kF16;
-    REQUIRE_ERROR(call(a), bad, "dtype");
+    REQUIRE_REFUSED(call(a), bad, "q: ", "dtype f16 does not match the config's dtype bf16");
   }
   SECTION("alignment and strides") {
     for (auto [field, name, slot] : {std::tuple{&A::q, "q", 0},
@@ -130,29 +139,54 @@ TEST_CASE("mla_decode rejects bad arguments before launching", "[mla_decode][arg
                                      {&A::lse, "lse", 5}}) {
       MlaDecodeArgs a = valid_args();
       (a.*field).data = fake(slot, 2);  // 2 bytes off: misaligned for every element type
-      REQUIRE_ERROR(call(a), bad, name, "aligned");
+      REQUIRE_REFUSED(call(a), bad, name, "aligned");
     }
     // Last dimension with stride 2 (every other element).
-    REQUIRE_ERROR(call(with(&A::q, TensorView::strided(fake(0), bf16, {B, QL, H, 576},
-                                                       {QL * H * 1152, H * 1152, 1152, 2}))),
-                  bad, "q", "contiguous");
-    REQUIRE_ERROR(call(with(&A::kv_cache, TensorView::strided(fake(1), bf16, {PAGES, PAGE, 576},
-                                                              {PAGE * 1152, 1152, 2}))),
-                  bad, "kv_cache", "contiguous");
-    REQUIRE_ERROR(call(with(&A::out, TensorView::strided(fake(4), bf16, {B, QL, H, 512},
-                                                         {QL * H * 1024, H * 1024, 1024, 2}))),
-                  bad, "out", "contiguous");
+    REQUIRE_REFUSED(call(with(&A::q, TensorView::strided(fake(0), bf16, {B, QL, H, 576},
+                                                         {QL * H * 1152, H * 1152, 1152, 2}))),
+                    bad, "q", "contiguous");
+    REQUIRE_REFUSED(call(with(&A::kv_cache, TensorView::strided(fake(1), bf16, {PAGES, PAGE, 576},
+                                                                {PAGE * 1152, 1152, 2}))),
+                    bad, "kv_cache", "contiguous");
+    REQUIRE_REFUSED(call(with(&A::out, TensorView::strided(fake(4), bf16, {B, QL, H, 512},
+                                                           {QL * H * 1024, H * 1024, 1024, 2}))),
+                    bad, "out", "contiguous");
+  }
+  SECTION("missing pointer") {
+    for (auto [field, name] : {std::pair{&A::q, "q"},
+                               {&A::kv_cache, "kv_cache"},
+                               {&A::block_table, "block_table"},
+                               {&A::cache_lens, "cache_lens"},
+                               {&A::out, "out"}}) {
+      MlaDecodeArgs a = valid_args();
+      (a.*field).data = nullptr;  // the right shape, no memory
+      const std::string named = std::string(name) + ": ";
+      REQUIRE_REFUSED(call(a), bad, named.c_str(), "null");
+    }
+    // lse is optional: no pointer, no lse written (the host checks pass).
+    MlaDecodeArgs a = valid_args();
+    a.lse.data = nullptr;
+    REQUIRE_NOTHROW(mla_decode_schedule(valid_plan(a, 1), a, {}, nullptr));
+  }
+  SECTION("device") {
+    for (auto [field, name] : {std::pair{&A::kv_cache, "kv_cache"}, {&A::cache_lens, "cache_lens"},
+                               {&A::lse, "lse"}}) {
+      MlaDecodeArgs a = valid_args();
+      (a.*field).device = 1;
+      const std::string named = std::string(name) + ": ";
+      REQUIRE_REFUSED(call(a), bad, named.c_str(), "is on device 1 but q is on device 0");
+    }
   }
   SECTION("against the config") {
     MlaDecodeConfig more_heads = cfg;
     more_heads.num_heads = 128;
-    REQUIRE_ERROR(call(valid_args(), &more_heads), bad, "num_heads");
+    REQUIRE_REFUSED(call(valid_args(), &more_heads), bad, "num_heads");
     MlaDecodeConfig single = cfg;
     single.max_q_len = 1;  // q_len 2 > max_q_len 1
-    REQUIRE_ERROR(call(valid_args(), &single), bad, "max_q_len");
+    REQUIRE_REFUSED(call(valid_args(), &single), bad, "max_q_len");
     MlaDecodeConfig invalid = cfg;
     invalid.num_heads = 200;
-    REQUIRE_ERROR(call(valid_args(), &invalid), ErrorKind::kUnsupportedConfig, "'num_heads'");
+    REQUIRE_REFUSED(call(valid_args(), &invalid), ErrorKind::kUnsupportedConfig, "'num_heads'");
   }
   SECTION("a run's workspace") {
     const MlaDecodeArgs a = valid_args();
@@ -160,10 +194,10 @@ TEST_CASE("mla_decode rejects bad arguments before launching", "[mla_decode][arg
     const size_t need = plan.workspace_bytes;
     REQUIRE(need > 0);
     auto run = [&](Workspace ws) { mla_decode(a, plan, ws, nullptr); };
-    REQUIRE_ERROR(run({fake(6), need - 1}), bad, "workspace", "mla_decode_plan");
-    REQUIRE_ERROR(run({nullptr, need}), bad, "workspace");
-    REQUIRE_ERROR(run({fake(6, 4), need}), bad, "workspace", "16-byte aligned");
-    REQUIRE_ERROR(mla_decode_schedule(plan, a, {fake(6), need - 1}, nullptr), bad, "workspace");
+    REQUIRE_REFUSED(run({fake(6), need - 1}), bad, "workspace", "mla_decode_plan");
+    REQUIRE_REFUSED(run({nullptr, need}), bad, "workspace");
+    REQUIRE_REFUSED(run({fake(6, 4), need}), bad, "workspace", "16-byte aligned");
+    REQUIRE_REFUSED(mla_decode_schedule(plan, a, {fake(6), need - 1}, nullptr), bad, "workspace");
   }
 }
 
@@ -183,23 +217,37 @@ TEST_CASE("mla_decode_plan rejects a bad shape before touching the device", "[ml
     return mla_decode_plan(s, &cfg);
   };
   // The table holds 4 pages × 64 = 256 rows: a longer bound cannot be honoured.
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.max_len = MAXP * PAGE + 1; }), bad,
-                "shape.max_len", "256");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.max_len = -1; }), bad, "shape.max_len");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.num_splits = -1; }), bad, "shape.num_splits");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.num_splits = 257; }), bad, "shape.num_splits");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.batch = -1; }), bad, "shape.batch");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.q_len = 3; }), bad, "shape.q_len",
-                "max_q_len = 2");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.q_len = 0; }), bad, "shape.q_len");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.num_heads = 32; }), bad, "shape.num_heads");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.page_size = 32; }), bad, "shape.page_size");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.dtype = DType::kF16; }), bad, "shape.dtype");
-  REQUIRE_ERROR(plan_with([](MlaDecodeShape& s) { s.max_pages = 0; }), bad, "shape.max_pages");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.max_len = MAXP * PAGE + 1; }), bad,
+                  "shape.max_len", "256");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.max_len = -1; }), bad, "shape.max_len");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.num_splits = -1; }), bad, "shape.num_splits");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.num_splits = 257; }), bad,
+                  "shape.num_splits");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.batch = -1; }), bad, "shape.batch");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.q_len = 3; }), bad, "shape.q_len",
+                  "max_q_len = 2");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.q_len = 0; }), bad, "shape.q_len");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.num_heads = 32; }), bad, "shape.num_heads");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.page_size = 32; }), bad, "shape.page_size");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.dtype = DType::kF16; }), bad, "shape.dtype");
+  REQUIRE_REFUSED(plan_with([](MlaDecodeShape& s) { s.max_pages = 0; }), bad, "shape.max_pages");
   // The config's own rules come first, naming the field.
   MlaDecodeConfig invalid = cfg;
   invalid.num_heads = 200;
-  REQUIRE_ERROR(mla_decode_plan(good, &invalid), ErrorKind::kUnsupportedConfig, "'num_heads'");
+  REQUIRE_REFUSED(mla_decode_plan(good, &invalid), ErrorKind::kUnsupportedConfig, "'num_heads'");
+  // A batch-invariant config fixes the split itself, in pieces the combine must merge: a
+  // 600-page table (600 tiles) in 1-tile pieces is more than its 512 partials.
+  MlaDecodeConfig invariant = cfg;
+  invariant.invariant_tiles = 4;
+  MlaDecodeShape forced = good;
+  forced.num_splits = 2;
+  REQUIRE_REFUSED(mla_decode_plan(forced, &invariant), bad, "shape.num_splits",
+                  "must be 0 with a batch-invariant config");
+  invariant.invariant_tiles = 1;
+  MlaDecodeShape long_table = good;
+  long_table.max_pages = 600;
+  REQUIRE_REFUSED(mla_decode_plan(long_table, &invariant), ErrorKind::kUnsupportedConfig,
+                  "mla_decode.invariant_tiles", "600 pieces per sequence", "at most 512");
 }
 
 TEST_CASE("mla_decode refuses a call its plan was not made for", "[mla_decode][args]") {
@@ -211,23 +259,38 @@ TEST_CASE("mla_decode refuses a call its plan was not made for", "[mla_decode][a
   // Each field of the shape, changed in the plan only.
   MlaDecodePlan p = valid_plan(a, 1);
   p.shape.batch = B + 1;
-  REQUIRE_ERROR(run(a, p), bad, "q", "batch = 3");
+  REQUIRE_REFUSED(run(a, p), bad, "q", "batch = 3");
   p = valid_plan(a, 1);
   p.shape.max_pages = MAXP * 2;
-  REQUIRE_ERROR(run(a, p), bad, "block_table", "max_pages = 8");
+  REQUIRE_REFUSED(run(a, p), bad, "block_table", "max_pages = 8");
   p = valid_plan(a, 1);
   p.shape.q_len = 1;
-  REQUIRE_ERROR(run(a, p), bad, "q", "q_len = 1");
+  REQUIRE_REFUSED(run(a, p), bad, "q", "q_len = 1");
   p = valid_plan(a, 1);
   p.shape.ragged = true;
-  REQUIRE_ERROR(run(a, p), bad, "q_offsets", "ragged form");
+  REQUIRE_REFUSED(run(a, p), bad, "q_offsets", "ragged form");
   p = valid_plan(a, 1);
   p.num_splits = 0;  // not a plan mla_decode_plan makes
-  REQUIRE_ERROR(run(a, p), bad, "plan", "num_splits 0");
+  REQUIRE_REFUSED(run(a, p), bad, "plan", "num_splits 0");
   // The config's head count, page size and dtype are checked against the tensors.
   p = valid_plan(a, 1);
   p.config.num_heads = 32;
-  REQUIRE_ERROR(run(a, p), bad, "q", "num_heads = 32");
+  REQUIRE_REFUSED(run(a, p), bad, "q", "num_heads = 32");
+  // A balanced plan whose invariant pieces outnumber what the combine merges (600 tiles of
+  // capacity in 1-tile pieces), which mla_decode_plan refuses to make.
+  MlaDecodeArgs long_table = a;
+  long_table.block_table = TensorView::contiguous(fake(2), DType::kI32, {B, 600});
+  p = valid_plan(long_table, 1);
+  p.balanced = true;
+  p.num_splits = 0;
+  p.sm_slots = 1;
+  p.config.invariant_tiles = 1;
+  // A workspace of the size such a plan reads: the call is refused for its pieces alone.
+  const Workspace ws{fake(6), mla_decode_balanced_workspace_bytes(p.shape, 1, 1)};
+  REQUIRE_REFUSED(mla_decode(long_table, p, ws, nullptr), ErrorKind::kUnsupportedConfig,
+                  "mla_decode.invariant_tiles", "600 pieces per sequence");
+  REQUIRE_REFUSED(mla_decode_schedule(p, long_table, ws, nullptr), ErrorKind::kUnsupportedConfig,
+                  "mla_decode.invariant_tiles");
 }
 
 namespace {
@@ -253,13 +316,8 @@ TEST_CASE("mla_decode ragged q: the form's own argument rules", "[mla_decode][ar
   const auto bad = ErrorKind::kBadArgument;
   const DType bf16 = DType::kBF16, f32 = DType::kF32, i32 = DType::kI32;
 
-  // The valid call passes every host check: without a GPU it fails only at the driver.
-  try {
-    call(ragged_args());
-  } catch (const Error& e) {
-    INFO(e.what());
-    CHECK(e.kind() != bad);
-  }
+  // The valid call passes every host check (as in the padded case above).
+  REQUIRE_NOTHROW(mla_decode_schedule(valid_plan(ragged_args(), 1), ragged_args(), {}, nullptr));
   auto ragged_with = [](TensorView MlaDecodeArgs::*field, const TensorView& v) {
     MlaDecodeArgs a = ragged_args();
     a.*field = v;
@@ -267,37 +325,37 @@ TEST_CASE("mla_decode ragged q: the form's own argument rules", "[mla_decode][ar
   };
   using A = MlaDecodeArgs;
   SECTION("q, out and lse take the ragged layouts") {
-    REQUIRE_ERROR(call(ragged_with(&A::q, view(0, bf16, {1, TQ, H, 576}))), bad, "q", "rank 3",
-                  "total_q");
-    REQUIRE_ERROR(call(ragged_with(&A::out, view(4, bf16, {1, TQ, H, 512}))), bad, "out",
-                  "[total_q, h, 512]");
-    REQUIRE_ERROR(call(ragged_with(&A::out, view(4, bf16, {TQ + 1, H, 512}))), bad, "out");
-    REQUIRE_ERROR(call(ragged_with(&A::lse, view(5, f32, {TQ, H}))), bad, "lse", "[h, total_q]");
+    REQUIRE_REFUSED(call(ragged_with(&A::q, view(0, bf16, {1, TQ, H, 576}))), bad, "q", "rank 3",
+                    "total_q");
+    REQUIRE_REFUSED(call(ragged_with(&A::out, view(4, bf16, {1, TQ, H, 512}))), bad, "out",
+                    "[total_q, h, 512]");
+    REQUIRE_REFUSED(call(ragged_with(&A::out, view(4, bf16, {TQ + 1, H, 512}))), bad, "out");
+    REQUIRE_REFUSED(call(ragged_with(&A::lse, view(5, f32, {TQ, H}))), bad, "lse", "[h, total_q]");
     // The padded form's lse [b, h, q_len] is not the ragged one.
-    REQUIRE_ERROR(call(ragged_with(&A::lse, view(5, f32, {B, H, 2}))), bad, "lse");
+    REQUIRE_REFUSED(call(ragged_with(&A::lse, view(5, f32, {B, H, 2}))), bad, "lse");
   }
   SECTION("q_offsets") {
-    REQUIRE_ERROR(call(ragged_with(&A::q_offsets, view(7, i32, {B + 1, 1}))), bad, "q_offsets",
-                  "rank 1");
-    REQUIRE_ERROR(call(ragged_with(&A::q_offsets, view(7, i32, {0}))), bad, "q_offsets");
-    REQUIRE_ERROR(call(ragged_with(&A::q_offsets, view(7, f32, {B + 1}))), bad,
-                  "q_offsets");
+    REQUIRE_REFUSED(call(ragged_with(&A::q_offsets, view(7, i32, {B + 1, 1}))), bad, "q_offsets",
+                    "rank 1");
+    REQUIRE_REFUSED(call(ragged_with(&A::q_offsets, view(7, i32, {0}))), bad, "q_offsets");
+    REQUIRE_REFUSED(call(ragged_with(&A::q_offsets, view(7, f32, {B + 1}))), bad,
+                    "q_offsets");
     MlaDecodeArgs a = ragged_args();
     a.q_offsets.data = fake(7, 2);
-    REQUIRE_ERROR(call(a), bad, "q_offsets", "aligned");
+    REQUIRE_REFUSED(call(a), bad, "q_offsets", "aligned");
     // b comes from q_offsets: one more sequence than the table and lengths have.
-    REQUIRE_ERROR(call(ragged_with(&A::q_offsets, view(7, i32, {B + 2}))), bad, "block_table");
+    REQUIRE_REFUSED(call(ragged_with(&A::q_offsets, view(7, i32, {B + 2}))), bad, "block_table");
   }
   SECTION("max_q_len") {
     MlaDecodeArgs a = ragged_args();
     a.max_q_len = 0;  // required: it sizes the grid
-    REQUIRE_ERROR(call(a), bad, "max_q_len", "ragged");
+    REQUIRE_REFUSED(call(a), bad, "max_q_len", "ragged");
     a.max_q_len = 3;  // over the config's bound of 2
-    REQUIRE_ERROR(call(a), bad, "max_q_len", "1..max_q_len = 2");
+    REQUIRE_REFUSED(call(a), bad, "max_q_len", "1..max_q_len = 2");
     // Padded calls take q_len from q: a different max_q_len is a contradiction.
     a = valid_args();
     a.max_q_len = 1;
-    REQUIRE_ERROR(call(a), bad, "max_q_len", "padded");
+    REQUIRE_REFUSED(call(a), bad, "max_q_len", "padded");
   }
   SECTION("the shape and the split workspace use the bound") {
     const MlaDecodeArgs a = ragged_args();
@@ -307,8 +365,8 @@ TEST_CASE("mla_decode ragged q: the form's own argument rules", "[mla_decode][ar
     CHECK(shape.q_len == 2);  // the max_q_len bound, not total_q
     const MlaDecodePlan plan = valid_plan(a, 4);
     CHECK(plan.workspace_bytes == mla_decode_workspace_bytes(valid_plan(valid_args(), 4).shape, 4));
-    REQUIRE_ERROR(mla_decode(a, plan, {fake(6), plan.workspace_bytes - 1}, nullptr), bad,
-                  "workspace");
+    REQUIRE_REFUSED(mla_decode(a, plan, {fake(6), plan.workspace_bytes - 1}, nullptr), bad,
+                    "workspace");
   }
 }
 

@@ -136,8 +136,8 @@ void check_values(const TensorView& t, const char* name, const TensorView& ref, 
   check_strides(t, name);
   if (&t != &ref) {
     check_dtype(t, name, ref.dtype);
-    check_same_shape(t, name, ref, ref_name);
-    check_same_device(t, name, ref, ref_name);
+    check_same_shape(ref, ref_name, t, name);  // the helpers name their second view
+    check_same_device(ref, ref_name, t, name);
   }
   const int64_t eb = t.element_bytes(), d = t.shape[t.rank - 1];
   if (d > 1 && t.strides[t.rank - 1] != 1)
@@ -157,7 +157,7 @@ void check_values(const TensorView& t, const char* name, const TensorView& ref, 
 void check_lse(const TensorView& t, const char* name, const TensorView& v, const char* v_name) {
   if (t.data == nullptr) fail_arg(name, "is not set (data == nullptr)");
   check_dtype(t, name, DType::kF32);
-  check_same_device(t, name, v, v_name);
+  check_same_device(v, v_name, t, name);
   bool ok = t.rank == v.rank - 1;
   for (int d = 0; ok && d < t.rank; ++d) ok = t.shape[d] == v.shape[d];
   if (!ok)

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "attnjit/error.hpp"
 #include "mha_fwd/layout.cuh"
@@ -148,10 +149,13 @@ Sizes check_args(const MhaFwdArgs& a, const MhaFwdConfig& c) {
   if (c.mask == MaskKind::kChunked && a.chunk < 1)
     fail_arg("chunk", fmt::format("must be ≥ 1 token for the chunked mask, got {}", a.chunk));
 
-  for (const TensorView* t : {&a.k, &a.v, &a.out})
-    if (t->device != a.q.device)
-      fail_arg("tensors", fmt::format("must all be on q's device {}, found one on device {}",
-                                      a.q.device, t->device));
+  // The kernels run on q's device, where another device's pointer faults: every tensor the
+  // call sets must live there (one the config does not read too, as in mla_decode).
+  for (auto [t, name] : {std::pair{&a.k, "k"}, {&a.v, "v"}, {&a.out, "out"}, {&a.lse, "lse"},
+                         {&a.q_offsets, "q_offsets"}, {&a.k_offsets, "k_offsets"},
+                         {&a.block_table, "block_table"}, {&a.kv_lens, "kv_lens"}, {&a.sink, "sink"},
+                         {&a.alibi_slopes, "alibi_slopes"}})
+    if (t->data != nullptr) check_same_device(a.q, "q", *t, name);
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "attnjit/error.hpp"
 #include "attnjit/runtime.hpp"
@@ -158,10 +159,10 @@ Sizes check_args(const MlaDecodeArgs& a, const MlaDecodeConfig& c) {
   check_q(a, c, s);
   check_cache(a, c, s);
   check_outputs(a, s);
-  for (const TensorView* t : {&a.kv_cache, &a.block_table, &a.cache_lens, &a.out, &a.lse})
-    if (t->data != nullptr && t->device != a.q.device)
-      fail_arg("tensors", fmt::format("must all be on q's device {}, found one on device {}",
-                                      a.q.device, t->device));
+  // The kernels run on q's device, where another device's pointer faults.
+  for (auto [t, name] : {std::pair{&a.kv_cache, "kv_cache"}, {&a.block_table, "block_table"},
+                         {&a.cache_lens, "cache_lens"}, {&a.out, "out"}, {&a.lse, "lse"}})
+    if (t->data != nullptr) check_same_device(a.q, "q", *t, name);
   if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale))
     fail_arg("softmax_scale", fmt::format("must be a positive finite number, got {}",
                                           a.softmax_scale));

@@ -58,6 +58,28 @@ BalancedLayout balanced_layout(const MlaDecodeShape& s, int slots, int invariant
   return {b, dev::balanced_workspace(s.batch, int64_t{s.q_len} * s.num_heads, b)};
 }
 
+// A batch-invariant config's rules against the shape. Its pieces follow from the table's
+// capacity alone, not from the SM count, so these are checked before the device is asked.
+void check_invariant(const MlaDecodeShape& shape, const MlaDecodeConfig& c) {
+  const int inv = c.invariant_tiles;
+  if (inv == 0) return;
+  if (shape.num_splits > 0)
+    fail_arg("shape.num_splits",
+             fmt::format("must be 0 with a batch-invariant config (invariant_tiles {} fixes the "
+                         "split), got {}",
+                         inv, shape.num_splits));
+  // Every sequence may have capacity / C pieces, which the combine must merge and the grid
+  // (y ≤ 65535) must hold. (Fixed pieces do not depend on the SM slots: 1 stands in.)
+  const dev::BalanceBounds bound = balanced_layout(shape, 1, inv).bound;
+  const int64_t per_sequence = bound.items / std::max(1, shape.batch);
+  if (per_sequence > dev::kMaxCombineParts || bound.items > 65535)
+    fail_config("mla_decode.invariant_tiles",
+                fmt::format("{} tiles per piece cut a {}-key capacity into {} pieces per sequence "
+                            "({} in all); at most {} per sequence and 65535 in all",
+                            inv, int64_t{shape.max_pages} * shape.page_size, per_sequence,
+                            bound.items, dev::kMaxCombineParts));
+}
+
 Arch current_arch() {
   return ops::device_arch(driver::cached_device_info(driver::current_device()));
 }
@@ -94,31 +116,17 @@ MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig
   plan.config = config ? *config : mla_decode_selected_config(shape);
   plan.config.validate();
   mla_detail::check_shape(shape, plan.config);
+  check_invariant(shape, plan.config);
   const CUdevice device = driver::current_device();
   const driver::DeviceInfo& info = driver::cached_device_info(device);
   // A batch-invariant config fixes the pieces itself; otherwise a forced or tuned count is a
   // static split, and none is the balanced schedule.
-  if (plan.config.invariant_tiles > 0 && shape.num_splits > 0)
-    fail_arg("shape.num_splits",
-             fmt::format("must be 0 with a batch-invariant config (invariant_tiles {} fixes the "
-                         "split), got {}",
-                         plan.config.invariant_tiles, shape.num_splits));
   plan.num_splits = plan.config.invariant_tiles > 0 ? 0 : static_splits(shape);
   plan.balanced = plan.num_splits == 0;
   if (plan.balanced) {
     plan.sm_slots = sm_slots(shape, info.sm_count);
-    // A fixed piece size: every sequence may have capacity / C pieces, which the combine
-    // must merge and the grid (y ≤ 65535) must hold.
-    const int inv = plan.config.invariant_tiles;
-    const BalancedLayout l = balanced_layout(shape, plan.sm_slots, inv);
-    const int64_t per_sequence = l.bound.items / std::max(1, shape.batch);
-    if (inv > 0 && (per_sequence > dev::kMaxCombineParts || l.bound.items > 65535))
-      fail_config("mla_decode.invariant_tiles",
-                  fmt::format("{} tiles per piece cut a {}-key capacity into {} pieces per "
-                              "sequence ({} in all); at most {} per sequence and 65535 in all",
-                              inv, int64_t{shape.max_pages} * shape.page_size, per_sequence,
-                              l.bound.items, dev::kMaxCombineParts));
-    plan.workspace_bytes = static_cast<size_t>(l.ws.total);
+    plan.workspace_bytes = static_cast<size_t>(
+        balanced_layout(shape, plan.sm_slots, plan.config.invariant_tiles).ws.total);
   } else {
     plan.workspace_bytes = mla_decode_workspace_bytes(shape, plan.num_splits);
   }
@@ -136,6 +144,7 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
   // The checks keep a call that would fail in the run from passing here.
   const mla_detail::Sizes s = mla_detail::check_args(args, plan.config);
   mla_detail::check_matches_plan(s, plan);
+  check_invariant(plan.shape, plan.config);
   ops::check_workspace(workspace, plan_workspace_bytes(plan), "mla_decode_plan");
   // A static split reads no device-resident value ahead of the run: nothing to enqueue.
   if (!plan.balanced || s.b == 0) return;
@@ -170,6 +179,7 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   c.validate();
   const mla_detail::Sizes s = mla_detail::check_args(a, c);
   mla_detail::check_matches_plan(s, plan);
+  check_invariant(plan.shape, c);  // a plan made by hand: more pieces than the combine merges
   const int splits = plan.num_splits;
   ops::check_workspace(workspace, plan_workspace_bytes(plan), "mla_decode_plan");
   if (s.b == 0 || s.total_q == 0) return;  // no query rows: nothing to write
