@@ -421,7 +421,6 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
         a.lse[lse_index(a.q, t.batch, t.seq, P.num_heads, gr % P.num_heads, gr / P.num_heads)] = lse;
     }
   }
-  __syncwarp();  // the lse stores above are one lane in four
   named_barrier_sync(Bar::kOutStaged, kBothWarpgroups);
 
   if (split)

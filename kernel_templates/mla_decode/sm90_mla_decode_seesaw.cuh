@@ -310,7 +310,6 @@ ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
         wgmma_load_a_fragment<QTile<P>>(q_rope[kk], q_tile, static_cast<u32>(T::kRopeChunk * 128 + kk * 32));
-      __syncwarp();  // bar.sync wants whole warps; the wait and loads above may leave lanes apart
       named_barrier_sync(Bar::kPiece, kBothWarpgroups);  // also publishes row_max's reset
 
       if constexpr (kWg == 0)
@@ -318,7 +317,6 @@ ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const
       else
         odd_role<P>(s, kv_map, args, w, o, l, q_rope);
     } else {
-      __syncwarp();
       named_barrier_sync(Bar::kPiece, kBothWarpgroups);  // row_max's reset
     }
 
@@ -333,7 +331,6 @@ ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const
       s.row_sum[kWg][row[0]] = l[0];
       s.row_sum[kWg][row[1]] = l[1];
     }
-    __syncwarp();
     named_barrier_sync(Bar::kRowSums, kBothWarpgroups);
     const float m[2] = {s.row_max[row[0]], s.row_max[row[1]]};
     const float l_all[2] = {s.row_sum[0][row[0]] + s.row_sum[1][row[0]],
@@ -342,7 +339,6 @@ ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const
     // The next piece's TMA loads overwrite the staging tile, Q and P_odd, which this
     // piece's threads read and wrote through the generic proxy.
     fence_proxy_async_smem();
-    __syncwarp();
     named_barrier_sync(Bar::kPiece, kBothWarpgroups);
   }
 }
