@@ -64,9 +64,6 @@ enum class Bar : u32 {
   kWg0Local = 6,    // inside one warpgroup: zeroed V rows visible before its wgmma
   kWg1Local = 7,
   kOutStaged = 8,   // both: normalized O is in the staging tile
-  kPiece = 9,       // both: a piece's start (Q's rope copied, row_max reset) and end (its
-                    // smem reads done); the warpgroups reach it from their own loops, so
-                    // a named barrier with a count rather than __syncthreads
 };
 inline constexpr u32 kBothWarpgroups = 2 * kWarpgroupThreads;
 

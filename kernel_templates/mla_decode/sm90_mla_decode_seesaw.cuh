@@ -310,14 +310,14 @@ ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
         wgmma_load_a_fragment<QTile<P>>(q_rope[kk], q_tile, static_cast<u32>(T::kRopeChunk * 128 + kk * 32));
-      named_barrier_sync(Bar::kPiece, kBothWarpgroups);  // also publishes row_max's reset
+      __syncthreads();  // also publishes row_max's reset
 
       if constexpr (kWg == 0)
         even_role<P>(s, kv_map, args, w, o, l, q_rope);
       else
         odd_role<P>(s, kv_map, args, w, o, l, q_rope);
     } else {
-      named_barrier_sync(Bar::kPiece, kBothWarpgroups);  // row_max's reset
+      __syncthreads();  // row_max's reset
     }
 
     // Epilogue: the row sum is the two warpgroups' parts; the max is the last one written.
@@ -339,7 +339,7 @@ ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const
     // The next piece's TMA loads overwrite the staging tile, Q and P_odd, which this
     // piece's threads read and wrote through the generic proxy.
     fence_proxy_async_smem();
-    named_barrier_sync(Bar::kPiece, kBothWarpgroups);
+    __syncthreads();
   }
 }
 
