@@ -1,29 +1,25 @@
 #pragma once
 // mla_decode_balance: the balanced schedule of one decode step (mla_decode_schedule), built
-// from the lengths on the GPU, never read back. One CTA of kBalanceThreads threads; two
-// forms (layout.cuh), the first that fits:
-// Pieces (one per CTA):
-//   C = ⌈1.1 · total tiles / slots⌉ (at least kMinPieceTiles), or the plan's fixed C
-//   (batch-invariant: a sequence's pieces then depend on its own length only); sequence i
-//   is cut into n_i = max(1, ⌈tiles_i / C⌉) pieces of ⌈tiles_i / n_i⌉ tiles or one fewer,
-//   listed by size, longest first (ties: lower sequence first): the hardware's in-order
-//   dispatch packs them like longest-processing-time-first. Exact when the pieces fit one
-//   wave (Σ n_i ≤ slots), and the form for shapes of several row tiles, whose pieces are
-//   compute-bound and pay more per cut. The ranking is O(b²/kBalanceThreads) per thread, a
-//   few microseconds up to b = 1024.
-// Packed (FlashMLA's equal share; memory-bound shapes whose pieces need a second wave,
-// where LPT leaves a tail of up to a piece per SM):
-//   1. cost_i = tiles_i + kSeqCostTiles; pos_i = Σ_{j<i} cost_j; share = ⌈Σ cost / slots⌉:
-//      CTA k owns positions [k·share, (k+1)·share)
+// from the lengths on the GPU, never read back. One CTA of kBalanceThreads threads; the
+// plan (layout.cuh) says which of two forms:
+// Packed (the default; FlashMLA's equal share):
+//   1. cost_i = tiles_i + kSeqCostTiles, tiles_i = ⌈clamp(L_i, 0, capacity) / block_n⌉;
+//      pos_i = Σ_{j<i} cost_j; share = ⌈Σ cost / slots⌉: CTA k owns positions
+//      [k·share, (k+1)·share)
 //   2. sequence i's tiles lie at [pos_i + kSeqCostTiles, + tiles_i) (its fixed cost goes
-//      with its first tile); it is cut at every CTA boundary among them: pieces f_i … l_i,
-//      one per CTA, listed in sequence order, which is also CTA order
+//      with its first tile); it is cut at every CTA boundary among them: pieces
+//      f_i … l_i, one per CTA, listed in sequence order, which is also CTA order
 //   3. cut sequences get partial slots in sequence order and a SplitSeq record;
 //      cta_first[k] = the first item of CTA k (a CTA whose run holds no tile starts where
 //      the next one does)
-// Once per step (every layer reuses the schedule). The bounds in layout.cuh (BalanceBounds)
-// hold for any lengths; the stores are guarded all the same, so the kernel never writes
-// past the workspace the plan sized.
+// Invariant (invariant_tiles = C: a sequence's pieces depend on its own length only):
+//   sequence i is cut into n_i = max(1, ⌈tiles_i / C⌉) pieces of ⌈tiles_i / n_i⌉ tiles or
+//   one fewer, listed by size, longest first (ties: lower sequence first), one per CTA:
+//   the hardware's in-order dispatch packs them like longest-processing-time-first. The
+//   ranking is O(b²/kBalanceThreads) per thread, a few microseconds up to b = 1024.
+// Either runs once per step (every layer reuses the schedule). The bounds in layout.cuh
+// (BalanceBounds) hold for any lengths; the stores are guarded all the same, so the kernel
+// never writes past the workspace the plan sized.
 #include "common/arch.cuh"
 #include "common/types.cuh"
 #include "mla_decode/layout.cuh"
@@ -74,17 +70,18 @@ ATTNJIT_DEVICE long long block_scan(long long v, long long& carry,
   return before + x - v;
 }
 
-// The pieces form: pieces of at most `cap` tiles, longest first, one CTA each.
-ATTNJIT_DEVICE void piece_schedule(const BalanceArgs& a, const int* tiles, int* pieces, int cap,
-                                   long long num_items, long long* partial, int* chunk_key,
-                                   int* chunk_pieces) {
-  const int b = a.batch, tid = static_cast<int>(threadIdx.x);
-  long long my_cut = 0;
+// The invariant form: pieces of the fixed size, longest first, one CTA each.
+ATTNJIT_DEVICE void invariant_schedule(const BalanceArgs& a, const int* tiles, int* pieces,
+                                       long long* partial, int* chunk_key, int* chunk_pieces) {
+  const int b = a.batch, tid = static_cast<int>(threadIdx.x), cap = a.fixed_cap;
+  long long my_items = 0, my_cut = 0;
   for (int i = tid; i < b; i += kBalanceThreads) {
     const int n = max(1, ceil_div(tiles[i], cap));
     pieces[i] = n;
+    my_items += n;
     my_cut += n > 1;
   }
+  const long long num_items = block_sum(my_items, partial);
   const long long num_cut = block_sum(my_cut, partial);  // its __syncthreads publish `pieces`
 
   // Where sequence i's pieces go: after every sequence ranked before it (bigger pieces, or
@@ -142,7 +139,7 @@ inline constexpr int kNoItem = 0x7fffffff;
 ATTNJIT_DEVICE void packed_schedule(const BalanceArgs& a, const int* tiles, int* first_pos,
                                     long long* partial, int* cta_first_s /* [kMaxCtas + 1] */) {
   const int b = a.batch, tid = static_cast<int>(threadIdx.x);
-  const int ctas = min(a.slots, kMaxPackedCtas);
+  const int ctas = min(a.ctas, kMaxPackedCtas);
   for (int k = tid; k <= ctas; k += kBalanceThreads) cta_first_s[k] = kNoItem;
   // 1. Each sequence's first position on the cost axis.
   long long carry = 0;
@@ -211,28 +208,15 @@ __global__ void __launch_bounds__(kBalanceThreads) balance_kernel(const BalanceA
   const int b = a.batch;
   int* tiles = a.scratch;          // [b]
   int* second = a.scratch + b;     // [b]: pieces (invariant) or first position (packed)
-  long long my_tiles = 0;
   for (int i = static_cast<int>(threadIdx.x); i < b; i += kBalanceThreads) {
     const int len = min(max(a.cache_lens[i], 0), a.capacity);
     tiles[i] = ceil_div(len, P.block_n);
-    my_tiles += tiles[i];
   }
-  const long long total = block_sum(my_tiles, partial);
-  // The pieces form's size bound: 1.1 × total / slots, rounded up. Fast float division:
-  // neither 64-bit nor IEEE division (both are called subroutines, whose register saves
-  // ptxas counts as spills); the bounds hold with room to spare for its rounding.
-  const float share = ceilf(__fdividef(1.1f * static_cast<float>(total), static_cast<float>(a.slots)));
-  const int cap = a.fixed_cap > 0
-                      ? a.fixed_cap
-                      : static_cast<int>(fmaxf(fminf(share, 1.0e9f), static_cast<float>(kMinPieceTiles)));
-  long long my_items = 0;
-  for (int i = static_cast<int>(threadIdx.x); i < b; i += kBalanceThreads)
-    my_items += max(1, ceil_div(tiles[i], cap));
-  const long long num_items = block_sum(my_items, partial);
-  if (a.fixed_cap == 0 && a.packed_ok && num_items > a.slots)
-    packed_schedule(a, tiles, second, partial, chunk_key);  // chunk_key holds cta_first
-  else
-    piece_schedule(a, tiles, second, cap, num_items, partial, chunk_key, chunk_pieces);
+  __syncthreads();
+  if (a.fixed_cap > 0)
+    invariant_schedule(a, tiles, second, partial, chunk_key, chunk_pieces);
+  else  // chunk_key's 1024 ints hold cta_first during the packed form
+    packed_schedule(a, tiles, second, partial, chunk_key);
 }
 
 }  // namespace attnjit::mla_decode

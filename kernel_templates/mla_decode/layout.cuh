@@ -21,19 +21,18 @@ struct QRows {
 };
 
 // ---- the balanced schedule (mixed lengths) ----------------------------------------------
-// mla_decode_schedule's kernel reads the lengths on the GPU and spreads the step's KV tiles
-// over the main kernel's CTA slots (SMs / row tiles) in one of two forms (balance.cuh):
-// pieces of at most C tiles (about 1.1 × the tiles per slot), one per CTA, listed longest
-// first; or, for memory-bound shapes whose pieces would need a second wave, an equal share
-// of the sequences laid end to end per CTA, which walks its pieces in order (FlashMLA's
-// packing). A sequence left in one piece writes out directly; the pieces of a cut one go
-// through the combine. Bounds, either form (n_i = ⌈tiles_i / C⌉ < tiles_i/C + 1; packed:
-// each of the slots − 1 run boundaries cuts at most one sequence):
-//   pieces in all  < slots + b
-//   partial slots  < 2 · slots
-//   cut sequences  < slots
+// mla_decode_schedule's kernel reads the lengths on the GPU and gives each of the main
+// kernel's CTA slots (SMs / row tiles) an equal share of the step's work, FlashMLA's
+// packing: the sequences' costs (KV tiles + kSeqCostTiles for a sequence's fixed costs)
+// laid end to end and cut into `slots` equal runs. A CTA walks its run's pieces in order,
+// one sequence after the other; a sequence that crosses a run boundary is cut, and its
+// pieces go through the combine. Each of the slots − 1 boundaries cuts at most one sequence:
+//   pieces in all  ≤ b + slots − 1
+//   partial slots  ≤ 2 · (slots − 1)     (a boundary adds one piece and may make two partials)
+//   cut sequences  ≤ slots − 1
 // With invariant_tiles = C (batch-invariant) every sequence is cut into pieces of C tiles,
-// whatever the batch, one CTA each.
+// whatever the batch; the pieces are listed longest first, one per CTA, and the hardware's
+// in-order dispatch packs them onto the SMs like LPT scheduling.
 struct WorkItem {
   int batch, tile_begin, tile_end;
   int slot;  // its partial's slot in part_out / part_lse, or -1: the sequence is whole here
@@ -102,10 +101,8 @@ struct CombineArgs {
 
 // mla_decode_balance (the schedule kernel): one CTA of kBalanceThreads threads.
 inline constexpr int kBalanceThreads = 1024;
-inline constexpr int kMinPieceTiles = 4;  // a piece's fixed costs (Q load, epilogue, combine)
-                                          // stay small against its KV tiles
-inline constexpr int kSeqCostTiles = 2;   // packed: a sequence's fixed costs (Q load,
-                                          // pipeline fill, epilogue) in KV tiles' time
+inline constexpr int kSeqCostTiles = 2;  // a sequence's fixed costs (Q load, pipeline fill,
+                                         // epilogue) in KV tiles' worth of time
 struct BalanceArgs {
   const int* cache_lens;  // [b]
   int* scratch;           // [2·b]: each sequence's tiles, then its pieces or first position
@@ -118,20 +115,18 @@ struct BalanceArgs {
   int slots;              // SM slots one piece can fill: SMs / row tiles per piece
   int fixed_cap;          // > 0: the piece size in tiles (batch-invariant); 0: from the batch
   int max_items, max_slots, max_cuts;  // BalanceBounds: the stores stay within them
-  int ctas;               // the main kernel's grid y (cta_first has ctas + 1 entries)
-  int packed_ok;          // 1: the shape is one row tile (memory-bound), packing may pay
-  int pad;
+  int ctas;               // the main kernel's grid y: slots (packed) or max_items (invariant)
 };
 
-// What a balanced plan's workspace must hold and the main kernel's grid y (ctas): the
-// bounds at the top of this section (fixed_cap 0), or, with a fixed piece size C, at most
-// ⌈capacity tiles / C⌉ pieces per sequence, one CTA each.
+// What a balanced plan's workspace must hold and the main kernel's grid y (ctas). Packed
+// (fixed_cap 0): the bounds at the top of this section. With a fixed piece size C, each
+// sequence has at most ⌈capacity tiles / C⌉ pieces, one CTA each.
 struct BalanceBounds {
   long long items, slots, cuts, ctas;
 };
 ATTNJIT_PLAN BalanceBounds balance_bounds(long long batch, long long sm_slots, long long fixed_cap,
                                           long long capacity_tiles) {
-  if (fixed_cap <= 0) return {sm_slots + batch, 2 * sm_slots, sm_slots, sm_slots + batch};
+  if (fixed_cap <= 0) return {sm_slots + batch, 2 * sm_slots, sm_slots, sm_slots};
   const long long pieces = capacity_tiles > fixed_cap ? (capacity_tiles + fixed_cap - 1) / fixed_cap : 1;
   return {batch * pieces, pieces > 1 ? batch * pieces : 1, batch, batch * pieces};
 }
@@ -184,9 +179,9 @@ static_assert(sizeof(CombineArgs) == 72 && ATTNJIT_OFFSET_IS(CombineArgs, num_sp
                   ATTNJIT_OFFSET_IS(CombineArgs, split_seqs, 56) &&
                   ATTNJIT_OFFSET_IS(CombineArgs, counts, 64),
               "mla_decode::CombineArgs layout");
-static_assert(sizeof(BalanceArgs) == 88 && ATTNJIT_OFFSET_IS(BalanceArgs, batch, 48) &&
+static_assert(sizeof(BalanceArgs) == 80 && ATTNJIT_OFFSET_IS(BalanceArgs, batch, 48) &&
                   ATTNJIT_OFFSET_IS(BalanceArgs, fixed_cap, 60) &&
-                  ATTNJIT_OFFSET_IS(BalanceArgs, packed_ok, 80),
+                  ATTNJIT_OFFSET_IS(BalanceArgs, ctas, 76),
               "mla_decode::BalanceArgs layout");
 static_assert(sizeof(CheckArgs) == 48 && ATTNJIT_OFFSET_IS(CheckArgs, max_q_len, 44),
               "mla_decode::CheckArgs layout");

@@ -166,9 +166,7 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
                       static_cast<int>(b.items),
                       static_cast<int>(b.slots),
                       static_cast<int>(b.cuts),
-                      static_cast<int>(b.ctas),
-                      row_tiles(plan.shape.q_len, plan.shape.num_heads) == 1 ? 1 : 0,
-                      0};
+                      static_cast<int>(b.ctas)};
   jit::LaunchShape shape;
   shape.block[0] = dev::kBalanceThreads;
   void* kargs[] = {&ba};
@@ -251,7 +249,7 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
                cta_first};
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
-  if (plan.balanced) {  // the plan's bound on CTAs; the schedule gives each its pieces
+  if (plan.balanced) {  // the plan's CTA slots; the schedule gives each its pieces
     shape.grid[1] = static_cast<unsigned>(bound.ctas);
   } else {
     shape.grid[1] = static_cast<unsigned>(splits);
