@@ -156,7 +156,6 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
   dev::BalanceArgs ba{i32_ptr(args.cache_lens),
                       reinterpret_cast<int*>(base + w.scratch),
                       reinterpret_cast<dev::WorkItem*>(base + w.items),
-                      reinterpret_cast<int*>(base + w.cta_first),
                       reinterpret_cast<dev::SplitSeq*>(base + w.split_seqs),
                       reinterpret_cast<dev::WorkCounts*>(base + w.counts),
                       static_cast<int>(s.b),
@@ -166,7 +165,7 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
                       static_cast<int>(b.items),
                       static_cast<int>(b.slots),
                       static_cast<int>(b.cuts),
-                      static_cast<int>(b.ctas)};
+                      0};
   jit::LaunchShape shape;
   shape.block[0] = dev::kBalanceThreads;
   void* kargs[] = {&ba};
@@ -231,7 +230,6 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   const auto* items = plan.balanced ? reinterpret_cast<const dev::WorkItem*>(base + bw.items) : nullptr;
   const auto* counts =
       plan.balanced ? reinterpret_cast<const dev::WorkCounts*>(base + bw.counts) : nullptr;
-  const auto* cta_first = plan.balanced ? reinterpret_cast<const int*>(base + bw.cta_first) : nullptr;
   const dev::QRows q_rows{s.ragged ? i32_ptr(a.q_offsets) : nullptr, static_cast<int>(s.q_len),
                           static_cast<int>(s.total_q)};
   dev::Args ka{i32_ptr(a.block_table),
@@ -245,12 +243,11 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
                splits,
                a.softmax_scale * kLog2e,
                items,
-               counts,
-               cta_first};
+               counts};
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
-  if (plan.balanced) {  // the plan's CTA slots; the schedule gives each its pieces
-    shape.grid[1] = static_cast<unsigned>(bound.ctas);
+  if (plan.balanced) {  // the plan's bound on pieces; the schedule says how many are real
+    shape.grid[1] = static_cast<unsigned>(bound.items);
   } else {
     shape.grid[1] = static_cast<unsigned>(splits);
     shape.grid[2] = static_cast<unsigned>(s.b);
