@@ -34,6 +34,14 @@ ATTNJIT_DEVICE void named_barrier_sync(u32 id, u32 threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// named_barrier_sync for threads that reach the barrier from different instructions (each
+// warpgroup in its own copy of a loop): bar.sync is barrier.sync.aligned, which requires
+// every participant to execute the same instruction (compute-sanitizer's synccheck reports
+// "divergent threads" otherwise); the non-aligned form does not.
+ATTNJIT_DEVICE void named_barrier_sync_unaligned(u32 id, u32 threads) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Counts this warp as arrived at barrier `id` and continues without waiting.
 ATTNJIT_DEVICE void named_barrier_arrive(u32 id, u32 threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
@@ -43,6 +51,10 @@ ATTNJIT_DEVICE void named_barrier_arrive(u32 id, u32 threads) {
 template <class Id>
 ATTNJIT_DEVICE void named_barrier_sync(Id id, u32 threads) {
   named_barrier_sync(static_cast<u32>(id), threads);
+}
+template <class Id>
+ATTNJIT_DEVICE void named_barrier_sync_unaligned(Id id, u32 threads) {
+  named_barrier_sync_unaligned(static_cast<u32>(id), threads);
 }
 template <class Id>
 ATTNJIT_DEVICE void named_barrier_arrive(Id id, u32 threads) {

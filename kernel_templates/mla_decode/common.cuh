@@ -52,18 +52,27 @@ struct Tile {
   int tile_begin, tile_end;
 };
 
-// Balanced: CTAs past the schedule's item count have no work (they leave before any setup).
-ATTNJIT_DEVICE bool idle_cta(const Args& a) {
-  return a.items != nullptr && static_cast<int>(blockIdx.y) >= a.counts->items;
+// The schedule's items this CTA walks, in order: balanced, [cta_first[y], cta_first[y + 1])
+// of the list (kept within the schedule's count whatever the workspace holds); static
+// split, the one piece blockIdx names (item 0, unused).
+struct Items {
+  int begin, end;
+};
+ATTNJIT_DEVICE Items cta_items(const Args& a) {
+  if (a.items == nullptr) return {0, 1};
+  const int count = a.counts->items;
+  const int y = static_cast<int>(blockIdx.y);
+  const int begin = min(max(a.cta_first[y], 0), count);
+  return {begin, min(max(a.cta_first[y + 1], begin), count)};
 }
 
 template <auto P>
-ATTNJIT_DEVICE Tile locate(const Args& a) {
+ATTNJIT_DEVICE Tile locate(const Args& a, int item) {
   Tile t;
   t.row0 = static_cast<int>(blockIdx.x) * P.block_m;
   int split = 0;
   if (a.items != nullptr) {
-    const WorkItem w = a.items[blockIdx.y];
+    const WorkItem w = a.items[item];
     t.batch = w.batch;
     t.slot = w.slot;
     t.tile_begin = w.tile_begin;

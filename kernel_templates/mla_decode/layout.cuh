@@ -21,15 +21,19 @@ struct QRows {
 };
 
 // ---- the balanced schedule (mixed lengths) ----------------------------------------------
-// mla_decode_schedule's kernel reads the lengths on the GPU and cuts each sequence's KV
-// tiles into pieces of at most a common size C (about 1.1 × the batch's tiles per SM slot),
-// so a long sequence spreads over many SMs; the pieces are listed longest first, and the
-// hardware's in-order dispatch of the main kernel's CTAs then packs them onto the SMs like
-// LPT scheduling. A sequence cut into one piece writes out directly; the pieces of a cut one
-// go through the combine.
-//   pieces in all  < total/C + b ≤ slots + b        (n_i = ⌈tiles_i / C⌉ < tiles_i/C + 1)
-//   partial slots  < 2 · total/C < 2 · slots        (cut only when tiles_i > C: n_i < 2 tiles_i/C)
-//   cut sequences  < total/C < slots
+// mla_decode_schedule's kernel reads the lengths on the GPU and spreads the step's KV tiles
+// over the main kernel's CTA slots (SMs / row tiles) in one of two forms (balance.cuh):
+// pieces of at most C tiles (about 1.1 × the tiles per slot), one per CTA, listed longest
+// first; or, for memory-bound shapes whose pieces would need a second wave, an equal share
+// of the sequences laid end to end per CTA, which walks its pieces in order (FlashMLA's
+// packing). A sequence left in one piece writes out directly; the pieces of a cut one go
+// through the combine. Bounds, either form (n_i = ⌈tiles_i / C⌉ < tiles_i/C + 1; packed:
+// each of the slots − 1 run boundaries cuts at most one sequence):
+//   pieces in all  < slots + b
+//   partial slots  < 2 · slots
+//   cut sequences  < slots
+// With invariant_tiles = C (batch-invariant) every sequence is cut into pieces of C tiles,
+// whatever the batch, one CTA each.
 struct WorkItem {
   int batch, tile_begin, tile_end;
   int slot;  // its partial's slot in part_out / part_lse, or -1: the sequence is whole here
@@ -40,6 +44,8 @@ struct SplitSeq {  // a sequence cut into pieces: its partials are slots [first_
 struct WorkCounts {  // written by the schedule kernel, read by the main and combine kernels
   int items, split_seqs, pad[2];
 };
+// CTA y of the main kernel walks items [cta_first[y], cta_first[y + 1]) of the list
+// (cta_first has the grid's y extent + 1 entries).
 
 // The main kernel's argument block (after the q and kv tensor maps).
 struct Args {
@@ -53,8 +59,9 @@ struct Args {
   int max_pages;
   int num_splits;          // static split: grid y = splits; balanced: 0
   float scale_log2;        // softmax_scale · log2(e)
-  const WorkItem* items;   // balanced: grid y = the plan's bound on items; null: static
+  const WorkItem* items;   // balanced: the schedule's pieces; null: static split
   const WorkCounts* counts;
+  const int* cta_first;    // balanced: [grid y + 1], each CTA's first item
 };
 
 // Dynamic shared memory of the main kernel (both schedules' SharedStorage<P>, which
@@ -97,10 +104,13 @@ struct CombineArgs {
 inline constexpr int kBalanceThreads = 1024;
 inline constexpr int kMinPieceTiles = 4;  // a piece's fixed costs (Q load, epilogue, combine)
                                           // stay small against its KV tiles
+inline constexpr int kSeqCostTiles = 2;   // packed: a sequence's fixed costs (Q load,
+                                          // pipeline fill, epilogue) in KV tiles' time
 struct BalanceArgs {
   const int* cache_lens;  // [b]
-  int* scratch;           // [2·b]: each sequence's tiles, then its pieces
+  int* scratch;           // [2·b]: each sequence's tiles, then its pieces or first position
   WorkItem* items;        // [max_items]
+  int* cta_first;         // [ctas + 1]
   SplitSeq* split_seqs;   // [max_cuts]
   WorkCounts* counts;
   int batch;
@@ -108,26 +118,28 @@ struct BalanceArgs {
   int slots;              // SM slots one piece can fill: SMs / row tiles per piece
   int fixed_cap;          // > 0: the piece size in tiles (batch-invariant); 0: from the batch
   int max_items, max_slots, max_cuts;  // BalanceBounds: the stores stay within them
+  int ctas;               // the main kernel's grid y (cta_first has ctas + 1 entries)
+  int packed_ok;          // 1: the shape is one row tile (memory-bound), packing may pay
   int pad;
 };
 
-// What a balanced plan's workspace must hold. From the batch's shares (fixed_cap 0), by
-// the bounds at the top of this section; with a fixed piece size C, each sequence has at
-// most ⌈capacity tiles / C⌉ pieces.
+// What a balanced plan's workspace must hold and the main kernel's grid y (ctas): the
+// bounds at the top of this section (fixed_cap 0), or, with a fixed piece size C, at most
+// ⌈capacity tiles / C⌉ pieces per sequence, one CTA each.
 struct BalanceBounds {
-  long long items, slots, cuts;
+  long long items, slots, cuts, ctas;
 };
 ATTNJIT_PLAN BalanceBounds balance_bounds(long long batch, long long sm_slots, long long fixed_cap,
                                           long long capacity_tiles) {
-  if (fixed_cap <= 0) return {sm_slots + batch, 2 * sm_slots, sm_slots};
+  if (fixed_cap <= 0) return {sm_slots + batch, 2 * sm_slots, sm_slots, sm_slots + batch};
   const long long pieces = capacity_tiles > fixed_cap ? (capacity_tiles + fixed_cap - 1) / fixed_cap : 1;
-  return {batch * pieces, pieces > 1 ? batch * pieces : 1, batch};
+  return {batch * pieces, pieces > 1 ? batch * pieces : 1, batch, batch * pieces};
 }
 
 // The workspace of a balanced plan, in bytes from its start: the partials (as many slots as
 // a schedule can cut), their lse, then the schedule. 256-byte aligned regions.
 struct BalancedWorkspace {
-  unsigned long long part_out, part_lse, items, split_seqs, counts, scratch, total;
+  unsigned long long part_out, part_lse, items, split_seqs, counts, cta_first, scratch, total;
 };
 ATTNJIT_PLAN unsigned long long align256(unsigned long long x) { return (x + 255) / 256 * 256; }
 ATTNJIT_PLAN BalancedWorkspace balanced_workspace(long long batch, long long part_rows,
@@ -138,7 +150,8 @@ ATTNJIT_PLAN BalancedWorkspace balanced_workspace(long long batch, long long par
   w.items = align256(w.part_lse + 4ull * bound.slots * part_rows);
   w.split_seqs = align256(w.items + 16ull * bound.items);
   w.counts = align256(w.split_seqs + 16ull * bound.cuts);
-  w.scratch = align256(w.counts + 16);
+  w.cta_first = align256(w.counts + 16);
+  w.scratch = align256(w.cta_first + 4ull * (bound.ctas + 1));
   w.total = align256(w.scratch + 8ull * batch);
   return w;
 }
@@ -163,17 +176,17 @@ inline constexpr unsigned kBadSlot0 = 2;     // block_table[b][slot]: kBadSlot0 
 
 static_assert(sizeof(WorkItem) == 16 && sizeof(SplitSeq) == 16 && sizeof(WorkCounts) == 16,
               "mla_decode schedule records");
-static_assert(sizeof(QRows) == 16 && sizeof(Args) == 96 && ATTNJIT_OFFSET_IS(Args, q, 48) &&
+static_assert(sizeof(QRows) == 16 && sizeof(Args) == 104 && ATTNJIT_OFFSET_IS(Args, q, 48) &&
                   ATTNJIT_OFFSET_IS(Args, scale_log2, 72) && ATTNJIT_OFFSET_IS(Args, items, 80) &&
-                  ATTNJIT_OFFSET_IS(Args, counts, 88),
+                  ATTNJIT_OFFSET_IS(Args, counts, 88) && ATTNJIT_OFFSET_IS(Args, cta_first, 96),
               "mla_decode::Args layout");
 static_assert(sizeof(CombineArgs) == 72 && ATTNJIT_OFFSET_IS(CombineArgs, num_splits, 48) &&
                   ATTNJIT_OFFSET_IS(CombineArgs, split_seqs, 56) &&
                   ATTNJIT_OFFSET_IS(CombineArgs, counts, 64),
               "mla_decode::CombineArgs layout");
-static_assert(sizeof(BalanceArgs) == 72 && ATTNJIT_OFFSET_IS(BalanceArgs, batch, 40) &&
-                  ATTNJIT_OFFSET_IS(BalanceArgs, fixed_cap, 52) &&
-                  ATTNJIT_OFFSET_IS(BalanceArgs, max_cuts, 64),
+static_assert(sizeof(BalanceArgs) == 88 && ATTNJIT_OFFSET_IS(BalanceArgs, batch, 48) &&
+                  ATTNJIT_OFFSET_IS(BalanceArgs, fixed_cap, 60) &&
+                  ATTNJIT_OFFSET_IS(BalanceArgs, packed_ok, 80),
               "mla_decode::BalanceArgs layout");
 static_assert(sizeof(CheckArgs) == 48 && ATTNJIT_OFFSET_IS(CheckArgs, max_q_len, 44),
               "mla_decode::CheckArgs layout");

@@ -64,6 +64,9 @@ enum class Bar : u32 {
   kWg0Local = 6,    // inside one warpgroup: zeroed V rows visible before its wgmma
   kWg1Local = 7,
   kOutStaged = 8,   // both: normalized O is in the staging tile
+  kPiece = 9,       // both: a piece's start (Q's rope copied, row_max reset) and end (its
+                    // smem reads done). It, kRowSums and kOutStaged are reached from each
+                    // warpgroup's own copy of the piece loop: unaligned syncs
 };
 inline constexpr u32 kBothWarpgroups = 2 * kWarpgroupThreads;
 
@@ -418,7 +421,7 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
         a.lse[lse_index(a.q, t.batch, t.seq, P.num_heads, gr % P.num_heads, gr / P.num_heads)] = lse;
     }
   }
-  named_barrier_sync(Bar::kOutStaged, kBothWarpgroups);
+  named_barrier_sync_unaligned(Bar::kOutStaged, kBothWarpgroups);
 
   if (split)
     copy_rows<P, kValueDim * 4>(stage, kPitchF32,

@@ -112,7 +112,8 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const Args
     tma_load_2d(q_map, &s.q_full, s.q + c * T::kQChunkBytes, c * T::kBoxCols, q_row);
 }
 
-// KV tile `tile` (the i-th of this CTA) of sequence `batch` into stage i % stages: 9 column
+// KV tile `tile` (the i-th of this CTA, over all its pieces) of sequence `batch` into stage
+// i % stages, the (i / stages)-th fill of that stage: 9 column
 // boxes per page piece, page from the block table.
 template <auto P>
 ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a, int batch,
@@ -212,10 +213,12 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
   }
 }
 
-// WG1: S = Q·Kᵀ, mask, online softmax; P and the row scales to shared memory.
+// WG1: S = Q·Kᵀ, mask, online softmax; P and the row scales to shared memory. `done`:
+// KV tiles the CTA's earlier pieces walked (stage and phase run on across pieces); q_phase:
+// the phase of this piece's Q load.
 template <auto P>
 ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
-                                      const Tile& t) {
+                                      const Tile& t, int done, u32 q_phase) {
   using T = Traits<P>;
   const int tid = thread_in_warpgroup();
   float sc[P.block_n / 2];  // S, then P: [64 × block_n] accumulator fragment
@@ -224,9 +227,9 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
   int limit[2];
   row_limits<P>(t, limit);
 
-  if (t.tile_begin < t.tile_end) mbarrier_wait(&s.q_full, 0);
+  if (t.tile_begin < t.tile_end) mbarrier_wait(&s.q_full, q_phase);
   const u32 q_addr = smem_u32(s.q);
-  for (int tile = t.tile_begin, i = 0; tile < t.tile_end; ++tile, ++i) {
+  for (int tile = t.tile_begin, i = done; tile < t.tile_end; ++tile, ++i) {
     const int st = i % P.stages;
     mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
     const u32 k_addr = smem_u32(s.kv[st]);
@@ -287,7 +290,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     named_barrier_sync(Bar::kPFree, T::kConsumerThreads);
     // Tile i-1's stage is free now (its K was read by S long ago, its V by P·V): refill it
     // with the tile `stages` after it.
-    if (tid == 0 && i >= 1 && tile - 1 + P.stages < t.tile_end)
+    if (tid == 0 && tile > t.tile_begin && tile - 1 + P.stages < t.tile_end)
       load_kv<P>(s, kv_map, a, t.batch, tile - 1 + P.stages, i - 1 + P.stages);
 #pragma unroll
     for (int i2 = 0; i2 < P.block_n / 2; i2 += 2) {
@@ -320,7 +323,8 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
 
 // WG2 / WG3: O[:, half·256 + 0..256) = O·scale + P · V[:, same columns], P from smem.
 template <auto P>
-ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Tile& t, int half) {
+ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Tile& t, int half,
+                                 int done) {
   using T = Traits<P>;
   const int tid = thread_in_warpgroup();
   float o[T::kHalfCols / 2];  // O[64 × 256] f32 accumulator fragment (128 per thread)
@@ -328,9 +332,9 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Tile&
   for (int i = 0; i < T::kHalfCols / 2; ++i) o[i] = 0.0f;
   const u32 p_addr = smem_u32(s.p);
   const u32 v_col_byte = static_cast<u32>(half * T::kHalfCols * T::kElem);
-  for (int tile = t.tile_begin, i = 0; tile < t.tile_end; ++tile, ++i) {
+  for (int tile = t.tile_begin, i = done; tile < t.tile_end; ++tile, ++i) {
     const int st = i % P.stages;
-    if (i == 0) named_barrier_arrive(Bar::kPFree, T::kConsumerThreads);  // P starts free
+    if (tile == t.tile_begin) named_barrier_arrive(Bar::kPFree, T::kConsumerThreads);  // P starts free
     named_barrier_sync(Bar::kPReady, T::kConsumerThreads);
     // Already complete (softmax waited on it first): makes the TMA writes visible here.
     mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
@@ -364,7 +368,8 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
            const Args args) {
   static_assert(kPlanMatches<P>, "mla_decode/layout.cuh's smem_bytes is not this SharedStorage's");
-  if (idle_cta(args)) return;  // balanced: past the schedule's item count
+  const Items items = cta_items(args);
+  if (items.begin >= items.end) return;  // balanced: no piece for this CTA
   using T = Traits<P>;
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>(
@@ -381,16 +386,28 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  const Tile t = locate<P>(args);
-  if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {  // Q and the first stages
-    load_q<P>(s, q_map, args, t);
-    for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)
-      load_kv<P>(s, kv_map, args, t.batch, t.tile_begin + i, i);
-  }
-  if (wg == 0) {
-    softmax_warpgroup<P>(s, kv_map, args, t);
-  } else {
-    pv_warpgroup<P>(s, args, t, wg - 1);
+  // The CTA's pieces, one after the other (balanced: possibly of several sequences; static:
+  // one). Each fills the pipeline afresh; stage and barrier phases run on (done, q_loads).
+  int done = 0;
+  u32 q_loads = 0;
+  for (int item = items.begin; item < items.end; ++item) {
+    const Tile t = locate<P>(args, item);
+    if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {  // Q and the first stages
+      load_q<P>(s, q_map, args, t);
+      for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)
+        load_kv<P>(s, kv_map, args, t.batch, t.tile_begin + i, done + i);
+    }
+    if (wg == 0) {
+      softmax_warpgroup<P>(s, kv_map, args, t, done, q_loads & 1u);
+    } else {
+      pv_warpgroup<P>(s, args, t, wg - 1, done);
+    }
+    if (t.tile_begin < t.tile_end) ++q_loads;
+    done += t.tile_end - t.tile_begin;
+    // The next piece's loads overwrite Q, the stages and P, and its statistics the row
+    // max and sums, which this piece's threads still read.
+    fence_proxy_async_smem();
+    __syncthreads();
   }
   pdl_launch_dependents();  // the combine kernel may start its prologue
 }

@@ -33,6 +33,8 @@ struct Walk {
   Tile tile;      // sequence, split, first row, length, KV tile range
   int min_limit;  // tiles whose keys are all <= this need no mask (cta_min_limit)
   u32 base;       // shared address of SharedStorage (Offsets<P> from here)
+  u32 fills;      // bit b: parity of the fills of KV buffer b by the CTA's earlier pieces
+                  // (the roles count their pairs from it: a pair's phase is its count, mod 2)
 };
 
 // Masks a tile that needs it (the row limits are recomputed there: boundary tiles only)
@@ -69,14 +71,15 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
     wgmma_commit();
     return phase;
   };
-  s_even(0);
+  const int first = static_cast<int>(w.fills & 1u);
+  const u32 phase0 = s_even(first);
   issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope,
-                                               s.kv_full[0], 0);
+                                               s.kv_full[0], phase0);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operands(sc);
 
-  for (int even = w.tile.tile_begin, pair = 0; even < tile_end; even += 2, ++pair) {
+  for (int even = w.tile.tile_begin, pair = first; even < tile_end; even += 2, ++pair) {
     const int odd = even + 1;
     const bool has_odd = odd < tile_end;
     const int key0 = even * P.block_n;
@@ -179,9 +182,10 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
   };
-  if (w.tile.tile_begin + 1 < tile_end) s_odd(0);
+  const int first = static_cast<int>(w.fills >> 1);
+  if (w.tile.tile_begin + 1 < tile_end) s_odd(first);
 
-  for (int even = w.tile.tile_begin, pair = 0; even < tile_end; even += 2, ++pair) {
+  for (int even = w.tile.tile_begin, pair = first; even < tile_end; even += 2, ++pair) {
     const int odd = even + 1;
     const bool has_odd = odd < tile_end;
 
@@ -255,6 +259,90 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
   }
 }
 
+// ---- the walk over the CTA's pieces ------------------------------------------------------
+
+// One warpgroup's walk over the CTA's pieces (balanced: possibly of several sequences;
+// static: one), kWg 0 the even role, 1 the odd. Each piece fills the pipeline afresh; the
+// barriers' phases run on (`phases`: bit b the parity of KV buffer b's fills so far, bit 2
+// that of Q's loads). Each warpgroup runs its own copy of the loop: one loop around both
+// roles made ptxas spill 16-30 registers at the loop's merge points.
+template <auto P, int kWg>
+ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const TmaDesc& kv_map,
+                                const Args& args, const Items items) {
+  using T = Traits<P>;
+  const int tid = thread_in_warpgroup();
+  u32 phases = 0;
+  for (int item = items.begin; item < items.end; ++item) {
+    if (kWg == 0 && tid < P.block_m) s.row_max[tid] = neg_inf();
+    float o[T::kAcc];  // this warpgroup's O[64 × 256] f32 accumulator fragment
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) o[i] = 0.0f;
+    float l[2] = {0.0f, 0.0f};
+    // Registers are at the cap: the piece is located again for the epilogue rather than
+    // kept live across the role.
+    if (const Tile t = locate<P>(args, item); t.tile_begin < t.tile_end) {
+      if (kWg == 0 && tid == 0) {  // Q and both buffers of the first pair
+        load_q<P>(s, q_map, args, t);
+        load_kv_lo<P>(s, kv_map, args, t.batch, t.tile_begin, 0);
+        load_kv_hi<P>(s, kv_map, args, t.batch, t.tile_begin, 0);
+        if (t.tile_begin + 1 < t.tile_end) {
+          load_kv_hi<P>(s, kv_map, args, t.batch, t.tile_begin + 1, 1);
+          load_kv_lo<P>(s, kv_map, args, t.batch, t.tile_begin + 1, 1);
+        }
+      }
+      Walk w;
+      w.tile = t;
+      w.min_limit = cta_min_limit<P>(t);
+      w.base = smem_u32(&s);
+      w.fills = phases & 3u;
+      // Buffer 0 takes the piece's even tiles, buffer 1 its odd ones; Q one load.
+      const u32 n = static_cast<u32>(t.tile_end - t.tile_begin);
+      const u32 q_phase = (phases >> 2) & 1u;
+      phases ^= ((n + 1) / 2 & 1u) | ((n / 2 & 1u) << 1) | 4u;
+
+      // Both warpgroups copy Q's rope chunk into registers; only then may P_odd overwrite it.
+      mbarrier_wait(&s.q_full, q_phase);
+      u32 q_rope[4][4];  // Q[:, 512:576) as RS A fragments, one per k16 step
+      // The fragments' 16 addresses are the same for every piece: hidden from the compiler
+      // per piece, or it keeps them live across the whole loop (and spills them).
+      const u8* q_tile = s.q;
+      asm volatile("" : "+l"(q_tile));
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_load_a_fragment<QTile<P>>(q_rope[kk], q_tile, static_cast<u32>(T::kRopeChunk * 128 + kk * 32));
+      named_barrier_sync_unaligned(Bar::kPiece, kBothWarpgroups);  // also publishes row_max's reset
+
+      if constexpr (kWg == 0)
+        even_role<P>(s, kv_map, args, w, o, l, q_rope);
+      else
+        odd_role<P>(s, kv_map, args, w, o, l, q_rope);
+    } else {
+      named_barrier_sync_unaligned(Bar::kPiece, kBothWarpgroups);  // row_max's reset
+    }
+
+    // Epilogue: the row sum is the two warpgroups' parts; the max is the last one written.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    const int row[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
+    if (tid % 4 == 0) {
+      s.row_sum[kWg][row[0]] = l[0];
+      s.row_sum[kWg][row[1]] = l[1];
+    }
+    named_barrier_sync_unaligned(Bar::kRowSums, kBothWarpgroups);
+    const float m[2] = {s.row_max[row[0]], s.row_max[row[1]]};
+    const float l_all[2] = {s.row_sum[0][row[0]] + s.row_sum[1][row[0]],
+                            s.row_sum[0][row[1]] + s.row_sum[1][row[1]]};
+    write_output<P>(smem_u32(s.kv[0]), o, kWg, args, locate<P>(args, item), m, l_all);
+    // The next piece's TMA loads overwrite the staging tile, Q and P_odd, which this
+    // piece's threads read and wrote through the generic proxy.
+    fence_proxy_async_smem();
+    named_barrier_sync_unaligned(Bar::kPiece, kBothWarpgroups);
+  }
+}
+
 // ---- entry -----------------------------------------------------------------------------
 
 template <auto P>
@@ -263,13 +351,13 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
            const __grid_constant__ TmaDesc kv_map,  // [pages·page_size, 576], box [min(64, page), 64]
            const Args args) {
   static_assert(kPlanMatches<P>, "mla_decode/layout.cuh's smem_bytes is not this SharedStorage's");
-  if (idle_cta(args)) return;  // balanced: past the schedule's item count
+  const Items items = cta_items(args);
+  if (items.begin >= items.end) return;  // balanced: no piece for this CTA
   using T = Traits<P>;
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>(
       (reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
   const int wg = warpgroup_id_uniform();
-  const int tid = thread_in_warpgroup();
   if (threadIdx.x == 0) {
     u32 dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
@@ -282,59 +370,12 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
       for (int c = 0; c < T::kChunks; ++c) mbarrier_init(&s.kv_full[b][c], 1);
     fence_mbarrier_init();
   }
-  if (threadIdx.x < P.block_m) s.row_max[threadIdx.x] = neg_inf();
   __syncthreads();
 
-  const Tile t = locate<P>(args);
-  float o[T::kAcc];  // this warpgroup's O[64 × 256] f32 accumulator fragment
-#pragma unroll
-  for (int i = 0; i < T::kAcc; ++i) o[i] = 0.0f;
-  float l[2] = {0.0f, 0.0f};
-  if (t.tile_begin < t.tile_end) {
-    if (threadIdx.x == 0) {  // Q and both buffers of the first pair
-      load_q<P>(s, q_map, args, t);
-      load_kv_lo<P>(s, kv_map, args, t.batch, t.tile_begin, 0);
-      load_kv_hi<P>(s, kv_map, args, t.batch, t.tile_begin, 0);
-      if (t.tile_begin + 1 < t.tile_end) {
-        load_kv_hi<P>(s, kv_map, args, t.batch, t.tile_begin + 1, 1);
-        load_kv_lo<P>(s, kv_map, args, t.batch, t.tile_begin + 1, 1);
-      }
-    }
-    Walk w;
-    w.tile = t;
-    w.min_limit = cta_min_limit<P>(t);
-    w.base = smem_u32(&s);
-
-    // Both warpgroups copy Q's rope chunk into registers; only then may P_odd overwrite it.
-    mbarrier_wait(&s.q_full, 0);
-    u32 q_rope[4][4];  // Q[:, 512:576) as RS A fragments, one per k16 step
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_load_a_fragment<QTile<P>>(q_rope[kk], s.q, static_cast<u32>(T::kRopeChunk * 128 + kk * 32));
-    __syncthreads();
-
-    if (wg == 0)
-      even_role<P>(s, kv_map, args, w, o, l, q_rope);
-    else
-      odd_role<P>(s, kv_map, args, w, o, l, q_rope);
-  }
-
-  // Epilogue: the row sum is the two warpgroups' parts; the max is the last one written.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  const int row[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
-  if (tid % 4 == 0) {
-    s.row_sum[wg][row[0]] = l[0];
-    s.row_sum[wg][row[1]] = l[1];
-  }
-  named_barrier_sync(Bar::kRowSums, kBothWarpgroups);
-  const float m[2] = {s.row_max[row[0]], s.row_max[row[1]]};
-  const float l_all[2] = {s.row_sum[0][row[0]] + s.row_sum[1][row[0]],
-                          s.row_sum[0][row[1]] + s.row_sum[1][row[1]]};
-  write_output<P>(smem_u32(s.kv[0]), o, wg, args, t, m, l_all);
+  if (wg == 0)
+    walk_pieces<P, 0>(s, q_map, kv_map, args, items);
+  else
+    walk_pieces<P, 1>(s, q_map, kv_map, args, items);
   pdl_launch_dependents();  // the combine kernel may start its prologue
 }
 

@@ -1,6 +1,5 @@
 // mla_decode's balanced schedule: the work list the schedule kernel writes (every KV tile
-// of every sequence exactly once, pieces within the bound, longest first, the layout's
-// bounds kept), the outputs on mixed-length batches against float64 and a static split, and
+// of every sequence exactly once, in the form the batch calls for, the layout's bounds kept), the outputs on mixed-length batches against float64 and a static split, and
 // the batch-invariant option (invariant_tiles): a request's bits in any batch.
 #include <fmt/format.h>
 
@@ -67,57 +66,96 @@ struct ScheduleCall {
   std::vector<uint8_t> host;  // the workspace after the schedule
 };
 
-// Checks the work list of `lengths` against the rules in mla_decode/layout.cuh.
+// Checks the work list of `lengths` against the rules in mla_decode/layout.cuh and
+// balance.cuh: every tile of every sequence once, a sequence's pieces side by side and in
+// order, the cut sequences' slots, the bounds; and the form the batch calls for. Pieces
+// (one per CTA): listed longest first, within the size bound. Packed (one row tile and
+// more pieces than slots): in sequence order, one piece per CTA run a sequence reaches,
+// each CTA's tiles within its equal share.
 void check_schedule(const std::vector<int32_t>& lengths, int heads, int q_len, int max_pages) {
   const int b = static_cast<int>(lengths.size());
   INFO(fmt::format("b {} h {} q_len {} max_pages {}", b, heads, q_len, max_pages));
   ScheduleCall call(lengths, heads, q_len, max_pages);
   const int slots = call.plan.sm_slots;
-  const dev::BalancedWorkspace w = dev::balanced_workspace(
-      b, int64_t{q_len} * heads, dev::balance_bounds(b, slots, 0, (max_pages * 64 + 63) / 64));
+  const dev::BalanceBounds bound = dev::balance_bounds(b, slots, 0, (max_pages * 64 + 63) / 64);
+  const dev::BalancedWorkspace w = dev::balanced_workspace(b, int64_t{q_len} * heads, bound);
   const dev::WorkCounts counts = call.read<dev::WorkCounts>(w.counts, 1)[0];
   const auto items = call.read<dev::WorkItem>(w.items, static_cast<size_t>(std::max(counts.items, 0)));
   const auto cuts = call.read<dev::SplitSeq>(w.split_seqs, static_cast<size_t>(std::max(counts.split_seqs, 0)));
+  const auto cta_first = call.read<int32_t>(w.cta_first, static_cast<size_t>(bound.ctas) + 1);
 
   std::vector<int> tiles(static_cast<size_t>(b));
-  int64_t total = 0;
+  int64_t total = 0, cost = 0, lpt_items = 0;
   for (int i = 0; i < b; ++i) {
     const int len = std::clamp(lengths[static_cast<size_t>(i)], 0, max_pages * 64);
     tiles[static_cast<size_t>(i)] = (len + 63) / 64;
     total += tiles[static_cast<size_t>(i)];
+    cost += tiles[static_cast<size_t>(i)] + dev::kSeqCostTiles;
   }
   const int cap = std::max<int>(dev::kMinPieceTiles, static_cast<int>(std::ceil(1.1 * total / slots)));
+  for (int t : tiles) lpt_items += std::max(1, (t + cap - 1) / cap);
   CHECK(counts.items >= b);
-  CHECK(counts.items < slots + b + 1);
-  CHECK(counts.split_seqs <= slots);
+  CHECK(counts.items < slots + b);
+  CHECK(counts.split_seqs < slots);
 
-  // Every tile of every sequence once, its pieces side by side in order; pieces within the
-  // bound (one tile of float rounding allowed); listed by piece size, longest first.
+  // CTA runs: from item 0 to the last, never decreasing.
+  REQUIRE(cta_first.front() == 0);
+  REQUIRE(cta_first.back() == counts.items);
+  bool one_each = true;  // the pieces form: CTA k runs item k
+  for (int k = 0; k < bound.ctas; ++k) {
+    REQUIRE(cta_first[k] <= cta_first[k + 1]);
+    one_each = one_each && cta_first[k] == std::min(k, counts.items);
+  }
+  const bool one_row_tile = int64_t{q_len} * heads <= 64;
+  // The float bound may round the size by a tile: the form is judged away from the edge.
+  if (!one_row_tile || lpt_items < slots - 2) CHECK(one_each);
+  if (one_row_tile && lpt_items > slots + 2) CHECK(!one_each);
+  const bool packed = !one_each;
+  const int64_t share = (cost + slots - 1) / slots;
+  std::vector<int> cta_of(items.size(), -1);
+  for (int k = 0; k < bound.ctas; ++k) {
+    INFO("CTA " << k << ": items [" << cta_first[k] << ", " << cta_first[k + 1] << ")");
+    if (packed) CHECK((k < slots || cta_first[k] == cta_first[k + 1]));
+    int64_t run = 0;
+    for (int it = cta_first[k]; it < cta_first[k + 1]; ++it) {
+      cta_of[static_cast<size_t>(it)] = k;
+      run += items[static_cast<size_t>(it)].tile_end - items[static_cast<size_t>(it)].tile_begin;
+    }
+    if (packed) CHECK(run <= share);
+  }
+
+  // Every tile of every sequence once, its pieces side by side in order.
   std::vector<int> next(static_cast<size_t>(b), 0), pieces(static_cast<size_t>(b), 0);
   std::vector<int> first_slot(static_cast<size_t>(b), -2);
-  int last_key = INT32_MAX, pieces_total = 0;
+  int last_key = INT32_MAX;
   for (size_t k = 0; k < items.size(); ++k) {
     const dev::WorkItem& it = items[k];
-    INFO(fmt::format("item {}: batch {} tiles [{}, {}) slot {}", k, it.batch, it.tile_begin, it.tile_end, it.slot));
+    INFO(fmt::format("item {} (CTA {}): batch {} tiles [{}, {}) slot {}", k, cta_of[k], it.batch,
+                     it.tile_begin, it.tile_end, it.slot));
     REQUIRE((it.batch >= 0 && it.batch < b));
     const size_t i = static_cast<size_t>(it.batch);
     CHECK(it.tile_begin == next[i]);
     CHECK(it.tile_end >= it.tile_begin);
-    CHECK(it.tile_end - it.tile_begin <= cap + 1);
     next[i] = it.tile_end;
+    if (packed && k > 0) CHECK(items[k - 1].batch <= it.batch);  // sequence order
+    if (!packed) CHECK(it.tile_end - it.tile_begin <= cap + 1);
     if (pieces[i] == 0) {
-      const int key = it.tile_end - it.tile_begin;  // the first piece is the largest
-      CHECK(key <= last_key);
-      last_key = key;
       first_slot[i] = it.slot;
+      if (!packed) {  // the first piece is the sequence's largest: longest first
+        const int key = it.tile_end - it.tile_begin;
+        CHECK(key <= last_key);
+        last_key = key;
+      }
     } else {
       CHECK(items[k - 1].batch == it.batch);  // a sequence's pieces are side by side
       CHECK(it.slot == first_slot[i] + pieces[i]);
+      if (packed) {
+        CHECK(cta_of[k] == cta_of[k - 1] + 1);  // one piece per CTA run it reaches
+        CHECK(it.tile_end > it.tile_begin);     // a cut never leaves an empty piece
+      }
     }
     ++pieces[i];
-    ++pieces_total;
   }
-  CHECK(pieces_total == counts.items);
   int slots_used = 0;
   for (int i = 0; i < b; ++i) {
     INFO("sequence " << i << " of " << tiles[static_cast<size_t>(i)] << " tiles");
@@ -157,7 +195,8 @@ TEST_CASE("mla_decode's balanced schedule covers every tile once, within its bou
   check_schedule({5000}, 128, 1, 100);                        // one sequence over every SM
   check_schedule({0, 0, 0}, 16, 1, 4);                        // nothing to read
   check_schedule(uniform_lens(128, 2048, 8192), 128, 1, 128); // mixed, no cut needed
-  check_schedule(uniform_lens(128, 2048, 8192), 16, 2, 128);
+  check_schedule(uniform_lens(128, 2048, 8192), 16, 2, 128);  // one row tile: packed
+  check_schedule(std::vector<int32_t>(128, 4096), 64, 1, 64);   // one wave of pieces
   {
     std::vector<int32_t> tail(64, 1024);  // one long request among short ones
     tail[17] = 65536;

@@ -156,6 +156,7 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
   dev::BalanceArgs ba{i32_ptr(args.cache_lens),
                       reinterpret_cast<int*>(base + w.scratch),
                       reinterpret_cast<dev::WorkItem*>(base + w.items),
+                      reinterpret_cast<int*>(base + w.cta_first),
                       reinterpret_cast<dev::SplitSeq*>(base + w.split_seqs),
                       reinterpret_cast<dev::WorkCounts*>(base + w.counts),
                       static_cast<int>(s.b),
@@ -165,6 +166,8 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
                       static_cast<int>(b.items),
                       static_cast<int>(b.slots),
                       static_cast<int>(b.cuts),
+                      static_cast<int>(b.ctas),
+                      row_tiles(plan.shape.q_len, plan.shape.num_heads) == 1 ? 1 : 0,
                       0};
   jit::LaunchShape shape;
   shape.block[0] = dev::kBalanceThreads;
@@ -230,6 +233,7 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   const auto* items = plan.balanced ? reinterpret_cast<const dev::WorkItem*>(base + bw.items) : nullptr;
   const auto* counts =
       plan.balanced ? reinterpret_cast<const dev::WorkCounts*>(base + bw.counts) : nullptr;
+  const auto* cta_first = plan.balanced ? reinterpret_cast<const int*>(base + bw.cta_first) : nullptr;
   const dev::QRows q_rows{s.ragged ? i32_ptr(a.q_offsets) : nullptr, static_cast<int>(s.q_len),
                           static_cast<int>(s.total_q)};
   dev::Args ka{i32_ptr(a.block_table),
@@ -243,11 +247,12 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
                splits,
                a.softmax_scale * kLog2e,
                items,
-               counts};
+               counts,
+               cta_first};
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
-  if (plan.balanced) {  // the plan's bound on pieces; the schedule says how many are real
-    shape.grid[1] = static_cast<unsigned>(bound.items);
+  if (plan.balanced) {  // the plan's bound on CTAs; the schedule gives each its pieces
+    shape.grid[1] = static_cast<unsigned>(bound.ctas);
   } else {
     shape.grid[1] = static_cast<unsigned>(splits);
     shape.grid[2] = static_cast<unsigned>(s.b);

@@ -107,20 +107,21 @@ MlaDecodeShape mla_decode_shape(const MlaDecodeArgs& args);
 //   static split  every sequence's keys in num_splits equal partitions (1: no combine).
 //                 Right for uniform lengths; with mixed lengths the long sequences' CTAs
 //                 finish last while SMs idle.
-//   balanced      mla_decode_schedule reads the lengths on the GPU once per step and cuts
-//                 the batch's KV tiles into pieces of about equal size, listed longest
-//                 first; a sequence in one piece is written directly, a cut one goes through
-//                 the combine. The grid is fixed by the plan (sm_slots + batch pieces).
+//   balanced      mla_decode_schedule reads the lengths on the GPU once per step and gives
+//                 each of sm_slots CTAs an equal share of the batch's KV tiles, the
+//                 sequences laid end to end: a CTA walks one or more sequences (or parts of
+//                 them); a sequence left whole is written directly, a cut one goes through
+//                 the combine. The grid is fixed by the plan (sm_slots CTAs per row tile).
 //                 With config.invariant_tiles = C > 0 the pieces are C tiles whatever the
-//                 batch holds: a sequence's output bits do not depend on the other
-//                 sequences (batch-invariant), at the cost of more partials; the grid and
-//                 workspace then hold batch × ⌈capacity / C⌉ pieces.
+//                 batch holds, one CTA each: a sequence's output bits do not depend on the
+//                 other sequences (batch-invariant), at the cost of more partials; the grid
+//                 and workspace then hold batch × ⌈capacity / C⌉ pieces.
 struct MlaDecodePlan {
   MlaDecodeShape shape;        // as given (num_splits 0 kept: the plan's own is below)
   MlaDecodeConfig config;      // the kernel that runs
   bool balanced = false;       // the balanced schedule (then num_splits is 0)
   int num_splits = 1;          // static split: partitions of each sequence's keys
-  int sm_slots = 0;            // balanced: pieces the GPU runs at once (SMs / row tiles)
+  int sm_slots = 0;            // balanced: CTAs per row tile, one per SM (SMs / row tiles)
   size_t workspace_bytes = 0;  // caller-owned scratch the run needs (0: none)
 };
 
