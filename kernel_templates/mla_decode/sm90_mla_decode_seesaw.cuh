@@ -2,8 +2,9 @@
 // sm90_mla_decode_seesaw: absorbed-MLA decode over a paged latent cache on Hopper, with two
 // warpgroups that take turns (FlashMLA's "seesaw" schedule).
 //
-// One CTA = one tile of 64 query rows (q_len × heads packed, row = t·h + head) of one
-// sequence, over one split (or one scheduled piece) of its KV tiles, which it walks in
+// One CTA = one tile of 64 query rows (q_len × heads packed, row = t·h + head) over its
+// pieces of KV tiles: one split of one sequence (static), or the balanced schedule's
+// pieces for this CTA, one after the other (walk_pieces); it walks each piece's tiles in
 // pairs (even tile, odd tile).
 // 256 threads = two warpgroups; each owns half of O[64 × 512] (128 f32 accumulators per
 // thread) and both keep a 255-register budget (at 384 threads ptxas would cap every thread
