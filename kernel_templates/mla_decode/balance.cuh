@@ -140,7 +140,7 @@ ATTNJIT_DEVICE void piece_schedule(const BalanceArgs& a, const int* tiles, int* 
 inline constexpr int kMaxPackedCtas = kBalanceThreads - 1;
 inline constexpr int kNoItem = 0x7fffffff;
 ATTNJIT_DEVICE void packed_schedule(const BalanceArgs& a, const int* tiles, int* first_pos,
-                                    long long* partial, int* cta_first_s /* [kMaxCtas + 1] */) {
+                                    long long* partial, int* cta_first_s /* [kMaxPackedCtas + 1] */) {
   const int b = a.batch, tid = static_cast<int>(threadIdx.x);
   const int ctas = min(a.slots, kMaxPackedCtas);
   for (int k = tid; k <= ctas; k += kBalanceThreads) cta_first_s[k] = kNoItem;
