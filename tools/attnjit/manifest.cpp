@@ -8,9 +8,7 @@
 #include "attnjit/error.hpp"
 
 namespace attnjit::cli {
-namespace {
 
-// Canonicalizes one {op, config} pair; `where` prefixes every error.
 nlohmann::json canonical(const ops::OpSpec& op, const nlohmann::json& config,
                          const std::string& where) {
   try {
@@ -27,8 +25,6 @@ const ops::OpSpec& op_named(const std::string& name, const std::string& where) {
     throw UsageError(fmt::format("{}: {}", where, e.what()));
   }
 }
-
-}  // namespace
 
 std::vector<Arch> parse_archs(const std::string& list) {
   std::vector<Arch> out;

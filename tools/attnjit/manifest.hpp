@@ -17,6 +17,12 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Canonicalizes one {op, config} pair, and looks an op up by name; UsageError prefixed
+// with `where` (the flag or manifest item the value came from).
+nlohmann::json canonical(const ops::OpSpec& op, const nlohmann::json& config,
+                         const std::string& where);
+const ops::OpSpec& op_named(const std::string& name, const std::string& where);
+
 // "sm_90a,sm_100a" → archs; UsageError naming a bad item or an empty list.
 std::vector<Arch> parse_archs(const std::string& list);
 

@@ -54,24 +54,6 @@ struct Outcome {
   int registers = -1, spill_bytes = 0;
 };
 
-// Canonicalizes one {op, config} pair; `where` prefixes every error.
-nlohmann::json canonical(const ops::OpSpec& op, const nlohmann::json& config,
-                         const std::string& where) {
-  try {
-    return op.canonicalize(config);
-  } catch (const Error& e) {
-    throw UsageError(fmt::format("{}: {}", where, e.what()));
-  }
-}
-
-const ops::OpSpec& op_named(const std::string& name, const std::string& where) {
-  try {
-    return ops::find_op(name);
-  } catch (const Error& e) {
-    throw UsageError(fmt::format("{}: {}", where, e.what()));
-  }
-}
-
 // Returns {variants to build, variants skipped because their op lacks the arch}.
 std::pair<std::vector<Variant>, std::vector<Variant>> plan(const PrecompileOptions& o) {
   const std::vector<Arch> archs = parse_archs(o.arch);
