@@ -35,11 +35,15 @@ void poke(const TensorView& v, const std::vector<int32_t>& host) {
   ATTNJIT_CU(cuMemcpyHtoD, reinterpret_cast<CUdeviceptr>(v.data), host.data(),
              host.size() * sizeof(int32_t));
 }
-std::vector<int32_t> peek(const TensorView& v, size_t count) {
-  std::vector<int32_t> host(count);
-  ATTNJIT_CU(cuMemcpyDtoH, host.data(), reinterpret_cast<CUdeviceptr>(v.data),
-             count * sizeof(int32_t));
-  return host;
+// Points every slot of block-table row `row` ([rows, width] int32) outside a pool of
+// `pool` pages, both ways; the other rows stay as they are.
+void table_row_outside(const TensorView& table, int row, int32_t pool) {
+  const int32_t outside[] = {pool, -1, INT32_MIN, INT32_MAX, pool + 4096};
+  std::vector<int32_t> host(static_cast<size_t>(table.shape[1]));
+  for (size_t p = 0; p < host.size(); ++p) host[p] = outside[p % std::size(outside)];
+  ATTNJIT_CU(cuMemcpyHtoD,
+             reinterpret_cast<CUdeviceptr>(table.data) + static_cast<size_t>(row) * host.size() * 4,
+             host.data(), host.size() * sizeof(int32_t));
 }
 
 // Elements [begin, end) of `got` against `want`: finite, and bit-equal or within `tol`.
@@ -92,12 +96,7 @@ TEST_CASE("mla_decode unchecked: hostile lengths, table entries and offsets stay
 
     const MlaDecodeArgs a = d.args(true);
     const int capacity = d.max_pages() * c.page_size;
-    const size_t width = static_cast<size_t>(d.max_pages());
-    std::vector<int32_t> table = peek(a.block_table, c.lens.size() * width);
-    // 3: every used slot outside the pool, both ways; the rest of the row as it was.
-    const int32_t outside[] = {d.num_pages(), -1, INT32_MIN, INT32_MAX, d.num_pages() + 4096};
-    for (size_t p = 0; p < width; ++p) table[3 * width + p] = outside[p % std::size(outside)];
-    poke(a.block_table, table);
+    table_row_outside(a.block_table, 3, d.num_pages());  // 3: every slot outside the pool
     // 1: past the capacity (its table's garbage slots come into reach); 2: negative;
     // 4: one past the capacity.
     poke(a.cache_lens, {300, INT32_MAX, -5, 129, capacity + 1});
@@ -159,12 +158,7 @@ TEST_CASE("mha_fwd unchecked: hostile lengths, table entries and offsets stay in
     const RunResult good = run_mha(d, cfg, {.num_splits = splits});
     judge(d, reference_for(d.problem()), good, "valid values");
     const MhaFwdArgs a = d.args(true);
-    const size_t width = static_cast<size_t>(a.block_table.shape[1]);
-    std::vector<int32_t> table = peek(a.block_table, 4 * width);
-    const int32_t pool = static_cast<int32_t>(a.k.shape[0]);
-    const int32_t outside[] = {pool, -1, INT32_MIN, INT32_MAX};
-    for (size_t p = 0; p < width; ++p) table[2 * width + p] = outside[p % std::size(outside)];
-    poke(a.block_table, table);
+    table_row_outside(a.block_table, 2, static_cast<int32_t>(a.k.shape[0]));
     poke(a.kv_lens, {70, INT32_MAX, 50, -3});
     const RunResult bad = run_mha(d, cfg, {.num_splits = splits});
     same_rows(good.out, bad.out, 0, 8 * h * dv, true,
