@@ -178,7 +178,11 @@ ReadResult read_entry(const std::string& dir, const std::string& key, const std:
   try {
     // Ordered: the key record is hashed in the order its fields were written.
     nlohmann::ordered_json meta = nlohmann::ordered_json::parse(*meta_text);
-    if (meta.at("format").get<int>() != kMetaFormat) return corrupt("meta.json has another format");
+    // Integers by type first: nlohmann converts a float such as 1e30 to int unchecked
+    // (undefined behaviour, found by fuzz_entry_meta).
+    if (!meta.at("format").is_number_integer() || !meta.at("cubin_bytes").is_number_unsigned())
+      return corrupt("meta.json's format or cubin_bytes is not an integer");
+    if (meta.at("format").get<int64_t>() != kMetaFormat) return corrupt("meta.json has another format");
     if (meta.at("key").get<std::string>() != key) return corrupt("meta.json names another key");
     if (meta.at("arch").get<std::string>() != arch) return corrupt("meta.json names another arch");
     KeyRecord record = key_record_from_json(meta.at("record"));
