@@ -69,12 +69,23 @@ std::string kernel_from_entry(const cache::Entry& entry, CompiledKernel& out) {
     k.cubin.assign(entry.cubin.begin(), entry.cubin.end());
     k.compile_ms = meta.at("compile_ms").get<double>();
     k.options = meta.at("options").get<std::vector<std::string>>();
-    k.ptxas.registers = meta.at("registers").get<int>();
-    k.ptxas.spill_store_bytes = meta.at("spill_store_bytes").get<int>();
-    k.ptxas.spill_load_bytes = meta.at("spill_load_bytes").get<int>();
-    k.ptxas.stack_frame_bytes = meta.at("stack_frame_bytes").get<int>();
-    k.ptxas.static_smem_bytes = meta.at("static_smem_bytes").get<int>();
-    k.ptxas.barriers = meta.at("barriers").get<int>();
+    // By type: get<int>() of 1e30 is undefined behaviour, not an exception.
+    std::string bad;
+    auto int_field = [&](const char* name) {
+      const nlohmann::ordered_json& v = meta.at(name);
+      const bool fits = v.is_number_integer() &&
+                        (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{INT32_MAX}
+                                                : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX);
+      if (!fits && bad.empty()) bad = fmt::format("meta.json's {} is not a 32-bit integer", name);
+      return fits ? v.get<int>() : -1;
+    };
+    k.ptxas.registers = int_field("registers");
+    k.ptxas.spill_store_bytes = int_field("spill_store_bytes");
+    k.ptxas.spill_load_bytes = int_field("spill_load_bytes");
+    k.ptxas.stack_frame_bytes = int_field("stack_frame_bytes");
+    k.ptxas.static_smem_bytes = int_field("static_smem_bytes");
+    k.ptxas.barriers = int_field("barriers");
+    if (!bad.empty()) return bad;
     k.ptxas.from_cubin = meta.value("resources_from_cubin", false);
     k.ptxas.parsed = k.ptxas.registers >= 0;
     out = std::move(k);
