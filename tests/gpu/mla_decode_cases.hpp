@@ -246,7 +246,8 @@ inline RunResult run_mla(MlaData& d, const RunOptions& o) {
   REQUIRE((plan.balanced ? r.splits == 0 && plan.sm_slots >= 1 : r.splits >= 1));
   const size_t ws = plan.workspace_bytes;
   CHECK(ws == (plan.balanced ? mla_decode_balanced_workspace_bytes(plan.shape, plan.sm_slots,
-                                                                   plan.config.invariant_tiles)
+                                                                   plan.config.invariant_tiles,
+                                                                   plan.config.block_n)
                              : mla_decode_workspace_bytes(plan.shape, r.splits)));
   if (!plan.balanced && r.splits == 1) CHECK(ws == 0);
   DeviceBuffer workspace(ws);

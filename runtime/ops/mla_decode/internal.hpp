@@ -7,6 +7,8 @@
 #include <cstdint>
 
 #include "attnjit/ops/mla_decode.hpp"
+#include "jit/kernel_table.hpp"
+#include "mla_decode/layout.cuh"
 
 namespace attnjit::mla_tuning {
 
@@ -49,5 +51,45 @@ void check_matches_plan(const Sizes& s, const MlaDecodePlan& plan);
 // first bad device-resident value. Never on the hot path.
 void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, const Sizes& s, Arch arch,
                   CUstream stream);
+
+
+// ---- the split-KV machinery (launch.cpp), shared with mla_decode_fp8 --------------------
+
+// Row tiles of 64 packed rows, and the pieces the GPU runs at once (one CTA per SM).
+int64_t row_tiles(int64_t q_len, int64_t num_heads);
+int sm_slots(const MlaDecodeShape& s, int sm_count);
+
+// A balanced plan's bounds (pieces, partial slots, cut sequences, CTAs) and the workspace
+// regions they size; block_n: the keys per tile the schedule counts.
+struct BalancedLayout {
+  layout::mla_decode::BalanceBounds bound;
+  layout::mla_decode::BalancedWorkspace ws;
+};
+BalancedLayout balanced_layout(const MlaDecodeShape& s, int slots, int invariant_tiles, int block_n);
+
+// The step's balanced schedule kernel (mla_decode_schedule's work). packable: the main
+// kernel walks several pieces per CTA, so one-row-tile shapes may be packed (balance.cuh);
+// otherwise every CTA gets at most one piece.
+void launch_balance(const MlaDecodeShape& shape, int slots, int invariant_tiles, int block_n,
+                    bool packable, const int* cache_lens, Workspace workspace, CUstream stream);
+
+// Where a run's partials and schedule live in the workspace.
+struct SplitRun {
+  bool balanced = false, combine = false;
+  int splits = 1;
+  float* part_out = nullptr;
+  float* part_lse = nullptr;
+  const layout::mla_decode::WorkItem* items = nullptr;
+  const layout::mla_decode::WorkCounts* counts = nullptr;
+  const layout::mla_decode::SplitSeq* split_seqs = nullptr;
+  const int* cta_first = nullptr;
+  int64_t ctas_bound = 0, cuts_bound = 0;  // balanced: the main grid's y, the combine's cuts
+};
+SplitRun split_run(const MlaDecodeShape& shape, bool balanced, int splits, int sm_slots,
+                   int invariant_tiles, int block_n, const Sizes& s, Workspace workspace);
+
+// The combine kernel after a main kernel that wrote partials (programmatic dependent launch).
+void launch_combine(const jit::Kernel& combine, const SplitRun& r, void* out, float* lse,
+                    const layout::mla_decode::QRows& q_rows, const Sizes& s, CUstream stream);
 
 }  // namespace attnjit::mla_detail

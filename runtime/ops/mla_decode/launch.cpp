@@ -20,6 +20,10 @@ namespace attnjit {
 namespace {
 
 namespace dev = layout::mla_decode;  // the kernels' layout (kernel_templates/mla_decode/layout.cuh)
+using mla_detail::BalancedLayout;
+using mla_detail::balanced_layout;
+using mla_detail::row_tiles;
+using mla_detail::sm_slots;
 
 const int* i32_ptr(const TensorView& t) { return static_cast<const int*>(t.data); }
 
@@ -36,28 +40,6 @@ int static_splits(const MlaDecodeShape& s) {
   return t.found && t.num_splits > 0 ? t.num_splits : 0;
 }
 
-int64_t row_tiles(int64_t q_len, int64_t num_heads) { return (q_len * num_heads + 63) / 64; }
-
-// Pieces the GPU runs at once: one CTA per SM (224 KiB of shared memory each), a piece being
-// one CTA per 64-row tile of its sequence's q_len·h rows. A cut sequence has fewer than
-// 2 × slots partials, which the combine merges in shared memory (kMaxCombineParts).
-int sm_slots(const MlaDecodeShape& s, int sm_count) {
-  const int64_t slots = std::max<int64_t>(1, sm_count / row_tiles(s.q_len, s.num_heads));
-  return static_cast<int>(std::min<int64_t>(slots, dev::kMaxCombineParts / 2));
-}
-
-// A balanced plan's bounds (pieces, partial slots, cut sequences) and the workspace regions
-// they size: worked out once per plan, schedule or run call.
-struct BalancedLayout {
-  dev::BalanceBounds bound;
-  dev::BalancedWorkspace ws;
-};
-BalancedLayout balanced_layout(const MlaDecodeShape& s, int slots, int invariant_tiles) {
-  const int64_t capacity_tiles = (int64_t{s.max_pages} * s.page_size + 63) / 64;
-  const dev::BalanceBounds b = dev::balance_bounds(s.batch, slots, invariant_tiles, capacity_tiles);
-  return {b, dev::balanced_workspace(s.batch, int64_t{s.q_len} * s.num_heads, b)};
-}
-
 // A batch-invariant config's rules against the shape. Its pieces follow from the table's
 // capacity alone, not from the SM count, so these are checked before the device is asked.
 void check_invariant(const MlaDecodeShape& shape, const MlaDecodeConfig& c) {
@@ -70,7 +52,7 @@ void check_invariant(const MlaDecodeShape& shape, const MlaDecodeConfig& c) {
                          inv, shape.num_splits));
   // Every sequence may have capacity / C pieces, which the combine must merge and the grid
   // (y ≤ 65535) must hold. (Fixed pieces do not depend on the SM slots: 1 stands in.)
-  const dev::BalanceBounds bound = balanced_layout(shape, 1, inv).bound;
+  const dev::BalanceBounds bound = balanced_layout(shape, 1, inv, c.block_n).bound;
   const int64_t per_sequence = bound.items / std::max(1, shape.batch);
   if (per_sequence > dev::kMaxCombineParts || bound.items > 65535)
     fail_config("mla_decode.invariant_tiles",
@@ -86,6 +68,97 @@ Arch current_arch() {
 
 }  // namespace
 
+namespace mla_detail {
+
+int64_t row_tiles(int64_t q_len, int64_t num_heads) { return (q_len * num_heads + 63) / 64; }
+
+// Pieces the GPU runs at once: one CTA per SM (224 KiB of shared memory each), a piece being
+// one CTA per 64-row tile of its sequence's q_len·h rows. A cut sequence has fewer than
+// 2 × slots partials, which the combine merges in shared memory (kMaxCombineParts).
+int sm_slots(const MlaDecodeShape& s, int sm_count) {
+  const int64_t slots = std::max<int64_t>(1, sm_count / row_tiles(s.q_len, s.num_heads));
+  return static_cast<int>(std::min<int64_t>(slots, dev::kMaxCombineParts / 2));
+}
+
+BalancedLayout balanced_layout(const MlaDecodeShape& s, int slots, int invariant_tiles, int block_n) {
+  // In the balance kernel's tiles: a fixed piece size C counts block_n-key tiles.
+  const int64_t capacity_tiles = (int64_t{s.max_pages} * s.page_size + block_n - 1) / block_n;
+  const dev::BalanceBounds b = dev::balance_bounds(s.batch, slots, invariant_tiles, capacity_tiles);
+  return {b, dev::balanced_workspace(s.batch, int64_t{s.q_len} * s.num_heads, b)};
+}
+
+void launch_balance(const MlaDecodeShape& shape, int slots, int invariant_tiles, int block_n,
+                    bool packable, const int* cache_lens, Workspace workspace, CUstream stream) {
+  const BalancedLayout l = balanced_layout(shape, slots, invariant_tiles, block_n);
+  const dev::BalancedWorkspace& w = l.ws;
+  const dev::BalanceBounds& b = l.bound;
+  auto* base = static_cast<unsigned char*>(workspace.data);
+  dev::BalanceArgs ba{cache_lens,
+                      reinterpret_cast<int*>(base + w.scratch),
+                      reinterpret_cast<dev::WorkItem*>(base + w.items),
+                      reinterpret_cast<int*>(base + w.cta_first),
+                      reinterpret_cast<dev::SplitSeq*>(base + w.split_seqs),
+                      reinterpret_cast<dev::WorkCounts*>(base + w.counts),
+                      shape.batch,
+                      shape.max_pages * shape.page_size,
+                      slots,
+                      invariant_tiles,
+                      static_cast<int>(b.items),
+                      static_cast<int>(b.slots),
+                      static_cast<int>(b.cuts),
+                      static_cast<int>(b.ctas),
+                      packable && row_tiles(shape.q_len, shape.num_heads) == 1 ? 1 : 0,
+                      0};
+  jit::LaunchShape ls;
+  ls.block[0] = dev::kBalanceThreads;
+  void* kargs[] = {&ba};
+  ops::mla_balance_kernel({block_n}, current_arch()).launch(ls, stream, kargs);
+}
+
+SplitRun split_run(const MlaDecodeShape& shape, bool balanced, int splits, int sm_slots,
+                   int invariant_tiles, int block_n, const Sizes& s, Workspace workspace) {
+  SplitRun r;
+  r.balanced = balanced;
+  r.splits = splits;
+  r.combine = balanced || splits > 1;
+  auto* base = static_cast<unsigned char*>(workspace.data);
+  r.part_out = r.combine ? reinterpret_cast<float*>(base) : nullptr;
+  if (!balanced) {
+    if (r.combine)
+      r.part_lse = r.part_out + static_cast<size_t>(s.b * splits * s.q_len * s.h) * kMlaValueDim;
+    return r;
+  }
+  const BalancedLayout bl = balanced_layout(shape, sm_slots, invariant_tiles, block_n);
+  r.part_lse = reinterpret_cast<float*>(base + bl.ws.part_lse);
+  r.items = reinterpret_cast<const dev::WorkItem*>(base + bl.ws.items);
+  r.counts = reinterpret_cast<const dev::WorkCounts*>(base + bl.ws.counts);
+  r.split_seqs = reinterpret_cast<const dev::SplitSeq*>(base + bl.ws.split_seqs);
+  r.cta_first = reinterpret_cast<const int*>(base + bl.ws.cta_first);
+  r.ctas_bound = bl.bound.ctas;
+  r.cuts_bound = bl.bound.cuts;
+  return r;
+}
+
+void launch_combine(const jit::Kernel& combine, const SplitRun& r, void* out, float* lse,
+                    const dev::QRows& q_rows, const Sizes& s, CUstream stream) {
+  dev::CombineArgs ca{r.part_out, r.part_lse, out, lse, q_rows, r.splits, 0, r.split_seqs, r.counts};
+  jit::LaunchShape cshape;
+  if (r.balanced) {  // (cut sequence, row) pairs: at most cuts × q_len·h of them
+    const int64_t sms = driver::cached_device_info(driver::current_device()).sm_count;
+    cshape.grid[0] = static_cast<unsigned>(
+        std::min<int64_t>(r.cuts_bound * s.q_len * s.h, dev::kCombineCtasPerSm * sms));
+  } else {
+    cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
+    cshape.grid[1] = static_cast<unsigned>(s.b);
+  }
+  cshape.block[0] = dev::kCombineThreads;
+  cshape.programmatic_dependent_launch = true;  // its prologue overlaps the main kernel's tail
+  void* combine_args[] = {&ca};
+  combine.launch(cshape, stream, combine_args);
+}
+
+}  // namespace mla_detail
+
 size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits) {
   if (num_splits <= 1) return 0;
   const size_t rows = static_cast<size_t>(shape.batch) * static_cast<size_t>(num_splits) *
@@ -95,8 +168,9 @@ size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits) {
 }
 
 size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots,
-                                           int invariant_tiles) {
-  return static_cast<size_t>(balanced_layout(shape, std::max(sm_slots, 1), invariant_tiles).ws.total);
+                                           int invariant_tiles, int block_n) {
+  return static_cast<size_t>(
+      balanced_layout(shape, std::max(sm_slots, 1), invariant_tiles, block_n).ws.total);
 }
 
 namespace {
@@ -104,7 +178,8 @@ namespace {
 // The bytes a plan's run reads and writes in the caller's workspace.
 size_t plan_workspace_bytes(const MlaDecodePlan& plan) {
   return plan.balanced ? mla_decode_balanced_workspace_bytes(plan.shape, plan.sm_slots,
-                                                             plan.config.invariant_tiles)
+                                                             plan.config.invariant_tiles,
+                                                             plan.config.block_n)
                        : mla_decode_workspace_bytes(plan.shape, plan.num_splits);
 }
 
@@ -125,8 +200,7 @@ MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig
   plan.balanced = plan.num_splits == 0;
   if (plan.balanced) {
     plan.sm_slots = sm_slots(shape, info.sm_count);
-    plan.workspace_bytes = static_cast<size_t>(
-        balanced_layout(shape, plan.sm_slots, plan.config.invariant_tiles).ws.total);
+    plan.workspace_bytes = plan_workspace_bytes(plan);
   } else {
     plan.workspace_bytes = mla_decode_workspace_bytes(shape, plan.num_splits);
   }
@@ -148,31 +222,11 @@ void mla_decode_schedule(const MlaDecodePlan& plan, const MlaDecodeArgs& args,
   ops::check_workspace(workspace, plan_workspace_bytes(plan), "mla_decode_plan");
   // A static split reads no device-resident value ahead of the run: nothing to enqueue.
   if (!plan.balanced || s.b == 0) return;
-  const int fixed_cap = plan.config.invariant_tiles;
-  const BalancedLayout l = balanced_layout(plan.shape, plan.sm_slots, fixed_cap);
-  const dev::BalancedWorkspace& w = l.ws;
-  const dev::BalanceBounds& b = l.bound;
-  auto* base = static_cast<unsigned char*>(workspace.data);
-  dev::BalanceArgs ba{i32_ptr(args.cache_lens),
-                      reinterpret_cast<int*>(base + w.scratch),
-                      reinterpret_cast<dev::WorkItem*>(base + w.items),
-                      reinterpret_cast<int*>(base + w.cta_first),
-                      reinterpret_cast<dev::SplitSeq*>(base + w.split_seqs),
-                      reinterpret_cast<dev::WorkCounts*>(base + w.counts),
-                      static_cast<int>(s.b),
-                      static_cast<int>(s.max_pages * plan.config.page_size),
-                      plan.sm_slots,
-                      fixed_cap,
-                      static_cast<int>(b.items),
-                      static_cast<int>(b.slots),
-                      static_cast<int>(b.cuts),
-                      static_cast<int>(b.ctas),
-                      row_tiles(plan.shape.q_len, plan.shape.num_heads) == 1 ? 1 : 0,
-                      0};
-  jit::LaunchShape shape;
-  shape.block[0] = dev::kBalanceThreads;
-  void* kargs[] = {&ba};
-  ops::mla_balance_kernel({plan.config.block_n}, current_arch()).launch(shape, stream, kargs);
+  // Packing across sequences pays for one-row-tile (memory-bound) shapes, whose main kernel
+  // walks a CTA's pieces.
+  mla_detail::launch_balance(plan.shape, plan.sm_slots, plan.config.invariant_tiles,
+                             plan.config.block_n, /*packable=*/true, i32_ptr(args.cache_lens),
+                             workspace, stream);
 }
 
 void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace workspace,
@@ -219,40 +273,27 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
   const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
   // The partials: [slots, q_len·h, 512] f32, then their lse (static: b·splits slots).
-  auto* base = static_cast<unsigned char*>(workspace.data);
-  const BalancedLayout bl =
-      plan.balanced ? balanced_layout(plan.shape, plan.sm_slots, c.invariant_tiles) : BalancedLayout{};
-  const dev::BalancedWorkspace& bw = bl.ws;
-  const dev::BalanceBounds& bound = bl.bound;
-  float* part_out = combine ? reinterpret_cast<float*>(base) : nullptr;
-  float* part_lse = nullptr;
-  if (plan.balanced)
-    part_lse = reinterpret_cast<float*>(base + bw.part_lse);
-  else if (combine)
-    part_lse = part_out + static_cast<size_t>(s.b * splits * s.q_len * s.h) * kMlaValueDim;
-  const auto* items = plan.balanced ? reinterpret_cast<const dev::WorkItem*>(base + bw.items) : nullptr;
-  const auto* counts =
-      plan.balanced ? reinterpret_cast<const dev::WorkCounts*>(base + bw.counts) : nullptr;
-  const auto* cta_first = plan.balanced ? reinterpret_cast<const int*>(base + bw.cta_first) : nullptr;
+  const mla_detail::SplitRun sr = mla_detail::split_run(
+      plan.shape, plan.balanced, splits, plan.sm_slots, c.invariant_tiles, c.block_n, s, workspace);
   const dev::QRows q_rows{s.ragged ? i32_ptr(a.q_offsets) : nullptr, static_cast<int>(s.q_len),
                           static_cast<int>(s.total_q)};
   dev::Args ka{i32_ptr(a.block_table),
                i32_ptr(a.cache_lens),
                a.out.data,
                static_cast<float*>(a.lse.data),
-               part_out,
-               part_lse,
+               sr.part_out,
+               sr.part_lse,
                q_rows,
                static_cast<int>(s.max_pages),
                splits,
                a.softmax_scale * kLog2e,
-               items,
-               counts,
-               cta_first};
+               sr.items,
+               sr.counts,
+               sr.cta_first};
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
   if (plan.balanced) {  // the plan's bound on CTAs; the schedule gives each its pieces
-    shape.grid[1] = static_cast<unsigned>(bound.ctas);
+    shape.grid[1] = static_cast<unsigned>(sr.ctas_bound);
   } else {
     shape.grid[1] = static_cast<unsigned>(splits);
     shape.grid[2] = static_cast<unsigned>(s.b);
@@ -263,29 +304,8 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   main.launch(shape, stream, main_args);
   if (combine == nullptr) return;
 
-  dev::CombineArgs ca{part_out,
-                      part_lse,
-                      a.out.data,
-                      static_cast<float*>(a.lse.data),
-                      q_rows,
-                      splits,
-                      0,
-                      plan.balanced ? reinterpret_cast<const dev::SplitSeq*>(base + bw.split_seqs)
-                                    : nullptr,
-                      counts};
-  jit::LaunchShape cshape;
-  if (plan.balanced) {  // (cut sequence, row) pairs: at most cuts × q_len·h of them
-    const int64_t sms = driver::cached_device_info(device).sm_count;
-    cshape.grid[0] = static_cast<unsigned>(
-        std::min<int64_t>(bound.cuts * s.q_len * s.h, dev::kCombineCtasPerSm * sms));
-  } else {
-    cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
-    cshape.grid[1] = static_cast<unsigned>(s.b);
-  }
-  cshape.block[0] = dev::kCombineThreads;
-  cshape.programmatic_dependent_launch = true;  // its prologue overlaps the main kernel's tail
-  void* combine_args[] = {&ca};
-  combine->launch(cshape, stream, combine_args);
+  mla_detail::launch_combine(*combine, sr, a.out.data, static_cast<float*>(a.lse.data), q_rows, s,
+                             stream);
 }
 
 void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* config) {

@@ -137,10 +137,10 @@ MlaDecodePlan mla_decode_plan(const MlaDecodeShape& shape, const MlaDecodeConfig
 MlaDecodeConfig mla_decode_selected_config(const MlaDecodeShape& shape);
 
 // Workspace bytes of a static split (0 when unsplit), and of a balanced plan (partials of
-// the pieces it may cut, and the schedule); host only.
+// the pieces it may cut, and the schedule; block_n: the config's keys per tile); host only.
 size_t mla_decode_workspace_bytes(const MlaDecodeShape& shape, int num_splits);
 size_t mla_decode_balanced_workspace_bytes(const MlaDecodeShape& shape, int sm_slots,
-                                           int invariant_tiles = 0);
+                                           int invariant_tiles = 0, int block_n = 64);
 
 // Per step, before the step's runs: device work that depends on device-resident lengths.
 // Balanced plans: one small kernel writes the step's work list into the workspace, read by
