@@ -1,0 +1,83 @@
+#pragma once
+// mla_decode_fp8's layout, compiled by the host (runtime/ops/mla_decode_fp8) and by NVRTC:
+// the main kernel's argument block, the shared-memory plan, the row geometry and the
+// quantizer's argument block. The split schedule, combine and check kernels and their
+// argument blocks are mla_decode's (mla_decode/layout.cuh).
+#include "common/constants.cuh"
+#include "mla_decode/layout.cuh"
+
+namespace attnjit::layout::mla_decode_fp8 {
+
+// A 640-byte row: 512 e4m3 content bytes, then 64 bf16 rope dims (128 bytes).
+inline constexpr int kRowBytes = 640;
+inline constexpr int kContentBytes = 512;
+inline constexpr int kRopeBytes = 128;
+inline constexpr int kBoxBytes = 128;                     // one TMA box column span
+inline constexpr int kRowBoxes = kRowBytes / kBoxBytes;   // 5: 4 content + 1 rope
+inline constexpr int kContentBoxes = kContentBytes / kBoxBytes;
+inline constexpr int kValueDim = 512;
+
+// The main kernel's argument block (after the q, kv and rope tensor maps). `base` is
+// mla_decode's block: the schedule, the outputs and the partials are the same.
+//
+// Two row forms, chosen per call (no template field): 640-byte rows (512 e4m3 + 64 bf16
+// rope; per-token scales) and the per-tensor form's 576-byte rows (all e4m3; one σ_Q and
+// one σ_KV). Both land in the same staging boxes: the rope box is 128 bytes wide either
+// way, a 576-byte row's box being half out of bounds (TMA fills zeros).
+enum QScaleMode : int { kQScalePerToken = 0, kQScalePerHead = 1, kQScalePerTensor = 2 };
+struct Args {
+  layout::mla_decode::Args base;
+  const float* q_scale;   // σ_Q: [tokens], [tokens, h] or [1] (q_scale_mode)
+  const float* kv_scale;  // σ_KV: [pages · page_size] (kv_scale_per_row) or [1]
+  int q_scale_mode;
+  int num_pages;          // σ_KV reads of a table entry outside 0..num_pages-1 read 0
+  int rope_col;           // byte column of the rope box in the rope map: 512 (640- and
+                          // 576-byte rows: the rope map is the kv map) or 0 (three tensors)
+  int kv_scale_per_row;   // 1: σ_KV per cache row; 0: one for the whole cache
+  int rope_e4m3;          // 1: rope is 64 e4m3 bytes (576-byte rows); 0: 64 bf16
+  int pad;
+};
+
+// Dynamic shared memory of the main kernel (SharedStorage<P> static_asserts against it):
+// Q widened to bf16 (9 chunks of [64][128 B]), two bf16 KV tiles (the fp8 Q staging
+// overlays them before the first tile), the fp8 ring, σ_KV per bf16 tile, P, the row
+// statistics and the mbarriers; rounded to 1024 plus 1024 to realign the dynamic base.
+ATTNJIT_PLAN unsigned smem_bytes(int block_m, int block_n, int stages) {
+  const int q_bf16 = block_m * 576 * 2;
+  const int kv_bf16 = 2 * block_n * 576 * 2;
+  const int ring = stages * block_n * kRowBytes;
+  const int sigma = 2 * block_n * 4;
+  const int p_tile = block_m * block_n * 2;
+  const int stats = 3 * block_m * 4;
+  const int barriers = (1 + stages) * 8;
+  const int body = q_bf16 + kv_bf16 + ring + sigma + p_tile + stats + barriers;
+  return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
+}
+
+// ---- the quantizer --------------------------------------------------------------------
+// One CTA of kQuantThreads threads per group of rows (kRow: 1 row, kToken: h rows); the
+// per-tensor form runs an amax pass (grid over rows, atomicMax on the f32 bits) first.
+inline constexpr int kQuantThreads = 128;  // 64 threads × 8 values cover a row's 512 + 64
+// Per tensor: kQuantAmax (atomicMax into scale[0], zeroed first), kQuantTensor (rows with
+// σ from that amax), kQuantFinish (scale[0] = σ).
+enum QuantMode : int { kQuantGroups = 0, kQuantAmax = 1, kQuantTensor = 2, kQuantFinish = 3 };
+struct QuantArgs {
+  const unsigned short* in;  // bf16 [rows, 576]
+  unsigned char* out;        // [rows, out_stride] (640: with the rope; 512: content only)
+  unsigned short* out_rope;  // bf16 [rows, 64] (three-tensor form) or null
+  float* scale;              // [groups] (kQuantTensor: [1], also the amax pass's target)
+  long long rows;
+  int rows_per_group;
+  int out_stride;          // 640, 512 (content only, rope to out_rope) or 576 (rope in e4m3)
+  int mode;
+  int pad;
+};
+
+static_assert(sizeof(Args) == 96 + 40 && ATTNJIT_OFFSET_IS(Args, q_scale, 96) &&
+                  ATTNJIT_OFFSET_IS(Args, rope_col, 120) && ATTNJIT_OFFSET_IS(Args, rope_e4m3, 128),
+              "mla_decode_fp8::Args layout");
+static_assert(sizeof(QuantArgs) == 56 && ATTNJIT_OFFSET_IS(QuantArgs, rows, 32) &&
+                  ATTNJIT_OFFSET_IS(QuantArgs, mode, 48),
+              "mla_decode_fp8::QuantArgs layout");
+
+}  // namespace attnjit::layout::mla_decode_fp8

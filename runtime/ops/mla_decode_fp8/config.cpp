@@ -1,0 +1,167 @@
+// mla_decode_fp8 configs as data: the field tables of the main kernel and the quantizer,
+// validation (errors name the field), the heuristic, the recipes and the registry entries.
+// The combine, balance and check kernels are mla_decode's (listed by its registry entry).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "attnjit/error.hpp"
+#include "mla_decode_fp8/layout.cuh"
+#include "ops/field_table.hpp"
+#include "ops/launch_support.hpp"
+#include "ops/mla_decode_fp8/internal.hpp"
+#include "ops/registry.hpp"
+
+namespace attnjit {
+namespace {
+
+const auto& table() {
+  using namespace ops::rules;
+  static const ops::ConfigTable t{
+      "mla_decode_fp8"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(MlaDecodeFp8Config, __VA_ARGS__)
+#include "attnjit/ops/mla_decode_fp8_config.def"
+#undef ATTNJIT_FIELD
+  };
+  return t;
+}
+
+const auto& quantize_table() {
+  using namespace ops::rules;
+  static const ops::ConfigTable t{
+      "mla_fp8_quantize"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(ops::MlaFp8QuantizeConfig, __VA_ARGS__)
+#include "ops/mla_decode_fp8/quantize_config.def"
+#undef ATTNJIT_FIELD
+  };
+  return t;
+}
+
+jit::KernelRecipe main_recipe(const MlaDecodeFp8Config& c, Arch arch) {
+  ops::require_sm90a(arch, "mla_decode_fp8");
+  return ops::table_recipe(table(), c,
+                           {"mla_decode_fp8", "mla_decode_fp8/sm90_mla_decode_fp8.cuh",
+                            "attnjit::mla_decode_fp8::kernel"},
+                           arch, ops::mla_fp8_smem_bytes(c));
+}
+
+jit::KernelRecipe quantize_recipe(const ops::MlaFp8QuantizeConfig& c, Arch arch) {
+  ops::require_sm90a(arch, "mla_fp8_quantize");  // cvt to e4m3 needs sm_89+
+  return ops::table_recipe(quantize_table(), c,
+                           {"mla_fp8_quantize", "mla_decode_fp8/quantize.cuh",
+                            "attnjit::mla_decode_fp8::quantize_kernel"},
+                           arch, 0);
+}
+
+}  // namespace
+
+void MlaDecodeFp8Config::validate() const {
+  table().check_rules(*this);
+  if (ops::mla_fp8_smem_bytes(*this) > kMaxSmemPerBlock)
+    fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
+                                                     ops::mla_fp8_smem_bytes(*this), kMaxSmemPerBlock));
+}
+
+std::string MlaDecodeFp8Config::to_json() const { return table().to_json(*this).dump(); }
+
+MlaDecodeFp8Config MlaDecodeFp8Config::from_json(std::string_view text) {
+  MlaDecodeFp8Config c = table().from_json_text(text);
+  c.validate();
+  return c;
+}
+
+std::string MlaDecodeFp8Config::describe() const { return table().describe(*this); }
+
+MlaDecodeFp8Config mla_decode_fp8_default_config(int num_heads, int q_len, int page_size) {
+  MlaDecodeFp8Config c;
+  c.num_heads = num_heads;
+  c.max_q_len = q_len <= 1 ? 1 : (q_len <= 2 ? 2 : 8);  // as mla_decode: 1, 2 and MTP to 8
+  c.page_size = page_size;
+  return c;
+}
+
+namespace mla_fp8_detail {
+
+MlaDecodeShape as_mla_shape(const MlaDecodeFp8Shape& s) {
+  MlaDecodeShape m;
+  m.dtype = DType::kBF16;  // the output's type; the schedule does not read it
+  m.batch = s.batch;
+  m.q_len = s.q_len;
+  m.num_heads = s.num_heads;
+  m.page_size = s.page_size;
+  m.max_pages = s.max_pages;
+  m.ragged = s.ragged;
+  m.max_len = s.max_len;
+  m.num_splits = s.num_splits;
+  return m;
+}
+
+MlaDecodeConfig as_mla_config(const MlaDecodeFp8Config& c) {
+  MlaDecodeConfig m;
+  m.dtype = DType::kBF16;
+  m.num_heads = c.num_heads;
+  m.max_q_len = c.max_q_len;
+  m.page_size = c.page_size;
+  m.block_m = c.block_m;
+  m.block_n = c.block_n;
+  m.invariant_tiles = 0;
+  return m;
+}
+
+}  // namespace mla_fp8_detail
+
+namespace ops {
+
+void MlaFp8QuantizeConfig::validate() const { quantize_table().check_rules(*this); }
+
+unsigned mla_fp8_smem_bytes(const MlaDecodeFp8Config& c) {
+  return layout::mla_decode_fp8::smem_bytes(c.block_m, c.block_n, c.stages);
+}
+
+const jit::Kernel& mla_fp8_main_kernel(const MlaDecodeFp8Config& c, Arch arch) {
+  return table_kernel(table(), op_id("mla_decode_fp8"), c, arch, main_recipe);
+}
+
+const jit::Kernel& mla_fp8_quantize_kernel(const MlaFp8QuantizeConfig& c, Arch arch) {
+  return table_kernel(quantize_table(), op_id("mla_fp8_quantize"), c, arch, quantize_recipe);
+}
+
+namespace {
+
+OpSpec main_spec() {
+  OpSpec op;
+  op.name = "mla_decode_fp8";
+  op.id = op_id(op.name);
+  op.summary = "MLA decode over an fp8 e4m3 latent cache, per-row scales, bf16 rope (640-byte "
+               "rows or three tensors); mla_decode's split-KV, combine and MTP";
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (int h : {8, 16, 32, 64, 128})
+      for (int q : {1, 2, 8})
+        set.push_back(nlohmann::json::parse(mla_decode_fp8_default_config(h, q, 64).to_json()));
+    return set;
+  };
+  bind_config<MlaDecodeFp8Config>(op, table(), main_recipe);
+  return op;
+}
+
+OpSpec quantize_spec() {
+  OpSpec op;
+  op.name = "mla_fp8_quantize";
+  op.id = op_id(op.name);
+  op.summary = "bf16 MLA rows → mla_decode_fp8's fp8 rows and scales (per row, token or tensor)";
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    return std::vector<nlohmann::json>{nlohmann::json::parse(quantize_table().to_json({}).dump())};
+  };
+  bind_config<MlaFp8QuantizeConfig>(op, quantize_table(), quantize_recipe);
+  return op;
+}
+
+}  // namespace
+
+std::vector<OpSpec> mla_decode_fp8_op_specs() { return {main_spec(), quantize_spec()}; }
+
+}  // namespace ops
+}  // namespace attnjit
