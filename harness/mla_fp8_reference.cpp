@@ -1,0 +1,40 @@
+#include "harness/mla_fp8_reference.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "attnjit/ops/mla_decode_fp8.hpp"
+
+namespace attnjit::harness {
+
+std::vector<float> mla_fp8_dequantize(std::span<const uint8_t> data, std::span<const float> sigma,
+                                      int64_t rows_per_sigma, int row_bytes) {
+  if ((row_bytes != 640 && row_bytes != 576) || data.size() % static_cast<size_t>(row_bytes) != 0 ||
+      rows_per_sigma < 1)
+    throw std::invalid_argument("mla_fp8_dequantize: rows of 640 or 576 bytes, rows_per_sigma >= 1");
+  const size_t rows = data.size() / static_cast<size_t>(row_bytes);
+  if (sigma.size() * static_cast<size_t>(rows_per_sigma) < rows)
+    throw std::invalid_argument("mla_fp8_dequantize: one sigma per rows_per_sigma rows");
+  std::vector<float> out(rows * 576);
+  for (size_t r = 0; r < rows; ++r) {
+    const uint8_t* row = data.data() + r * static_cast<size_t>(row_bytes);
+    const float s = sigma[r / static_cast<size_t>(rows_per_sigma)];
+    float* dst = out.data() + r * 576;
+    if (row_bytes == 576) {
+      for (int k = 0; k < 576; ++k) dst[k] = e4m3_to_float(row[k]) * s;
+      continue;
+    }
+    for (int k = 0; k < 512; ++k) dst[k] = e4m3_to_float(row[k]) * s;
+    for (int k = 0; k < 64; ++k) {
+      uint16_t b;
+      std::memcpy(&b, row + 512 + 2 * k, 2);
+      const uint32_t u = uint32_t{b} << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      dst[512 + k] = f * s;
+    }
+  }
+  return out;
+}
+
+}  // namespace attnjit::harness
