@@ -1,0 +1,179 @@
+// mla_decode_fp8 on the GPU against float64: inputs from the shipped quantizer (checked bit
+// for bit against its host reference), outputs poisoned first, NaN codes / NaN rope / NaN σ
+// in every cache row no sequence reads, garbage table entries past the used pages. Judged
+// per row (mla_decode's comparison): empty rows exactly 0, no NaN, every element written.
+//
+// Tolerance from the error model: S is exact in f32 (e4m3 × e4m3 and bf16 × bf16 products
+// accumulate in f32), V is exact (e4m3 → bf16), the one extra rounding is P′ = p·σ_KV to
+// bf16 (2^-9 relative, as mla_decode's P) and the bf16 output: mla_decode's limits apply.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "driver/driver.hpp"
+#include "gpu/mla_decode_fp8_data.hpp"
+#include "support/catch.hpp"
+#include "support/gpu.hpp"
+
+using namespace attnjit;
+using namespace attnjit::test::mla_fp8;
+
+namespace {
+
+struct Run {
+  std::vector<float> out, lse;
+  std::vector<uint8_t> bytes;
+};
+
+Run run(Fp8Data& d, bool three, int num_splits) {
+  const MlaDecodeFp8Args a = d.args(three);
+  MlaDecodeFp8Shape shape = mla_decode_fp8_shape(a);
+  shape.num_splits = num_splits;
+  const MlaDecodeFp8Plan plan = mla_decode_fp8_plan(shape);
+  CHECK(plan.balanced == (num_splits == 0));
+  test::DeviceBuffer ws(std::max<size_t>(1, plan.workspace_bytes));
+  ws.fill_byte(0xFF);
+  const Workspace w{plan.workspace_bytes ? ws.data() : nullptr, plan.workspace_bytes};
+  d.poison_outputs();
+  mla_decode_fp8_schedule(plan, a, w, nullptr);
+  mla_decode_fp8(a, plan, w, nullptr);
+  test::synchronize();
+  return {d.out(), d.lse(), d.out_bytes()};
+}
+
+void judge(const Fp8Data& d, const Run& r, const std::string& label) {
+  const harness::MlaProblem p = d.problem();
+  const harness::MlaReference ref = harness::mla_reference(p);
+  const harness::MlaComparison c = harness::mla_compare(p, ref, r.out, r.lse);
+  const std::string line = fmt::format("mla_decode_fp8 [{}] {}: {}", label, d.spec().describe(), c.summary());
+  fmt::print("{}\n", line);
+  INFO(line);
+  CHECK(c.nonfinite_out == 0);
+  CHECK(c.empty_rows_not_zero == 0);
+  CHECK(c.rel_l2 <= 1e-2);
+  CHECK(c.worst_row_err <= 4e-2);
+  CHECK(c.lse_nonfinite == 0);
+  CHECK(c.lse_wrong_inf == 0);
+  CHECK(c.lse_max_abs_err <= 1e-3);
+}
+
+}  // namespace
+
+TEST_CASE("mla_decode_fp8 matches float64 (640-byte rows, per-token scales)", "[gpu][mla_decode_fp8]") {
+  if (!test::gpu_or_skip()) return;
+  const std::vector<Fp8Case> cases = {
+      {.q_len = 1, .heads = 16, .lens = {0, 1, 63, 64, 65, 200}},
+      {.q_len = 1, .heads = 128, .lens = {1000, 33, 0}},
+      {.q_len = 2, .heads = 16, .lens = {1, 2, 129, 700}},               // L < q_len: empty rows
+      {.q_len = 4, .heads = 8, .page_size = 128, .lens = {3, 300, 511}},  // off the page
+      {.q_len = 2, .heads = 128, .lens = {257, 1500}, .magnitude = 30.0f, .per_head_q = true},
+      {.q_len = 1, .heads = 64, .page_size = 256, .lens = {5000}, .magnitude = 0.01f},
+  };
+  for (const Fp8Case& c : cases) {
+    Fp8Data d(c);
+    for (int splits : {1, 3, 0}) judge(d, run(d, false, splits), fmt::format("640B splits {}", splits));
+  }
+}
+
+TEST_CASE("mla_decode_fp8 matches float64 in the per-tensor form (576-byte e4m3 rows)", "[gpu][mla_decode_fp8]") {
+  if (!test::gpu_or_skip()) return;
+  const std::vector<Fp8Case> cases = {
+      {.q_len = 1, .heads = 16, .lens = {0, 1, 65, 900}, .per_tensor = true},
+      {.q_len = 2, .heads = 128, .page_size = 128, .lens = {1, 300, 1100}, .magnitude = 20.0f, .per_tensor = true},
+  };
+  for (const Fp8Case& c : cases) {
+    Fp8Data d(c);
+    for (int splits : {1, 0}) judge(d, run(d, false, splits), fmt::format("576B splits {}", splits));
+  }
+}
+
+TEST_CASE("mla_decode_fp8's three-tensor form equals the 640-byte form bit for bit", "[gpu][mla_decode_fp8]") {
+  if (!test::gpu_or_skip()) return;
+  Fp8Data d({.q_len = 2, .heads = 64, .lens = {0, 77, 640, 1025}, .magnitude = 3.0f});
+  const Run a = run(d, false, 0), b = run(d, true, 0);
+  judge(d, b, "three-tensor");
+  CHECK(a.bytes == b.bytes);
+}
+
+TEST_CASE("mla_decode_fp8 replays from a CUDA graph with new lengths and values", "[gpu][mla_decode_fp8][graph]") {
+  if (!test::gpu_or_skip()) return;
+  const driver::Api& api = driver::api();
+  Fp8Data d({.q_len = 2, .heads = 16, .lens = {2000, 2000, 2000}, .spare_pages = 6});
+  const MlaDecodeFp8Args a = d.args(false);
+  const MlaDecodeFp8Plan plan = mla_decode_fp8_plan(mla_decode_fp8_shape(a));
+  test::DeviceBuffer workspace(std::max<size_t>(1, plan.workspace_bytes));
+  const Workspace ws{plan.workspace_bytes ? workspace.data() : nullptr, plan.workspace_bytes};
+  CUstream stream;
+  ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+  ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  mla_decode_fp8_schedule(plan, a, ws, stream);
+  mla_decode_fp8(a, plan, ws, stream);
+  CUgraph graph;
+  ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
+  CUgraphExec exec;
+  ATTNJIT_CU(cuGraphInstantiate, &exec, graph, 0);
+  for (const std::vector<int>& lens : {std::vector<int>{2000, 0, 1}, {64, 1999, 3}, {700, 700, 2000}}) {
+    d.refill(lens);
+    d.poison_outputs();
+    workspace.fill_byte(0xFF);
+    ATTNJIT_CU(cuGraphLaunch, exec, stream);
+    ATTNJIT_CU(cuStreamSynchronize, stream);
+    judge(d, {d.out(), d.lse(), {}}, fmt::format("graph replay [{}]", fmt::join(lens, ",")));
+  }
+  api.cuGraphExecDestroy(exec);
+  api.cuGraphDestroy(graph);
+  api.cuStreamDestroy(stream);
+}
+
+TEST_CASE("mla_fp8_quantize matches its host reference bit for bit (every grouping and form)",
+          "[gpu][mla_decode_fp8][quantize]") {
+  if (!test::gpu_or_skip()) return;
+  constexpr int64_t kRows = 300, kHeads = 4;  // 75 tokens of 4 heads
+  test::FastNormal normal(test::rng()());
+  std::vector<uint16_t> in(static_cast<size_t>(kRows) * 576);
+  for (size_t i = 0; i < in.size(); ++i)  // magnitudes from 1e-3 to 1e2 across rows
+    in[i] = harness::float_to_bf16(normal() * std::pow(10.0f, static_cast<float>(i / 576 % 6) - 3.0f));
+  in[5] = harness::float_to_bf16(0.0f);
+  std::fill_n(in.begin() + 576 * 7, 576, uint16_t{0});  // an all-zero row: σ = ε / 448
+  test::DeviceBuffer d_in(in.size() * 2), d_out(kRows * 640), d_content(kRows * 512), d_rope(kRows * 128),
+      d_scale(kRows * 4);
+  d_in.upload(in);
+  struct Form {
+    MlaFp8Group group;
+    int64_t rows_per_group;
+    bool three;
+    int row_bytes = 640;
+  };
+  for (const Form f : {Form{MlaFp8Group::kRow, 1, false}, Form{MlaFp8Group::kToken, kHeads, false},
+                       Form{MlaFp8Group::kTensor, kRows, false}, Form{MlaFp8Group::kRow, 1, true},
+                       Form{MlaFp8Group::kTensor, kRows, false, 576}}) {
+    const int64_t groups = f.group == MlaFp8Group::kTensor ? 1 : kRows / f.rows_per_group;
+    MlaFp8QuantizeArgs a;
+    a.in = TensorView::contiguous(d_in.data(), DType::kBF16, {kRows, 576});
+    a.group = f.group;
+    a.rows_per_group = static_cast<int>(f.rows_per_group);
+    a.out = f.three ? TensorView::contiguous(d_content.data(), DType::kU8, {kRows, 512})
+                    : TensorView::contiguous(d_out.data(), DType::kU8, {kRows, f.row_bytes});
+    if (f.three) a.out_rope = TensorView::contiguous(d_rope.data(), DType::kBF16, {kRows, 64});
+    a.scale = TensorView::contiguous(d_scale.data(), DType::kF32, {groups});
+    mla_fp8_quantize(a, nullptr);
+    test::synchronize();
+    std::vector<uint8_t> want(static_cast<size_t>(kRows * f.row_bytes));
+    std::vector<float> want_scale(static_cast<size_t>(groups));
+    mla_fp8_quantize_host(in.data(), kRows, f.rows_per_group, want.data(), want_scale.data(), f.row_bytes);
+    std::vector<uint8_t> got = d_out.download_as<uint8_t>(want.size());
+    if (f.three) {
+      const auto c = d_content.download_as<uint8_t>(kRows * 512), r = d_rope.download_as<uint8_t>(kRows * 128);
+      for (int64_t i = 0; i < kRows; ++i) {
+        std::copy_n(&c[static_cast<size_t>(i) * 512], 512, &got[static_cast<size_t>(i) * 640]);
+        std::copy_n(&r[static_cast<size_t>(i) * 128], 128, &got[static_cast<size_t>(i) * 640 + 512]);
+      }
+    }
+    INFO("group " << static_cast<int>(f.group) << " three " << f.three << " row bytes " << f.row_bytes);
+    CHECK(got == want);
+    CHECK(d_scale.download_as<float>(static_cast<size_t>(groups)) == want_scale);
+  }
+}
