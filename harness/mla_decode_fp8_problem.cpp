@@ -19,6 +19,7 @@
 #include "harness/mla_fp8_reference.hpp"
 #include "harness/mla_reference.hpp"
 #include "harness/problem.hpp"
+#include "ops/registry.hpp"
 
 namespace attnjit::harness {
 namespace {
@@ -255,16 +256,17 @@ class Fp8Problem final : public Problem {
   DeviceBuffer q_, qs_, kv_, rope_, ks_, table_d_, lens_d_, out_d_, lse_d_;
 };
 
+// The registry's bench shapes (issue 19's rows) in each cache form, then the mixed-length
+// row (b 128, h 16, lengths uniform in [2048, 8192]) in each form.
 std::vector<Fp8Case> bench_cases() {
   std::vector<Fp8Case> v;
   for (bool three : {false, true}) {
-    const Fp8Case rows[] = {{128, 1, 16, 4096}, {128, 2, 16, 8192}, {128, 1, 8, 8192}, {128, 1, 128, 4096},
-                            {128, 2, 128, 4096}, {32, 1, 64, 8192}};
-    for (Fp8Case c : rows) {
+    for (const json& s : ops::find_op("mla_decode_fp8").tuning.bench_shapes) {
+      Fp8Case c = read_case(s);
       c.three = three;
       v.push_back(c);
     }
-    Fp8Case mixed{128, 1, 16, 8192};  // lengths uniform in [2048, 8192]
+    Fp8Case mixed{128, 1, 16, 8192};
     mixed.varlen = true;
     mixed.three = three;
     v.push_back(mixed);

@@ -3,6 +3,7 @@
 // The combine, balance and check kernels are mla_decode's (listed by its registry entry).
 #include <fmt/format.h>
 
+#include <array>
 #include <nlohmann/json.hpp>
 
 #include "attnjit/error.hpp"
@@ -135,6 +136,13 @@ OpSpec main_spec() {
   op.summary = "MLA decode over an fp8 e4m3 latent cache, per-row scales, bf16 rope (640-byte "
                "rows or three tensors); mla_decode's split-KV, combine and MTP";
   op.archs = {kSm90a};
+  // Not tunable yet (no search space); the benchmark shapes are issue 19's rows, which
+  // `attnjit bench mla_decode_fp8` runs in each cache form (harness/mla_decode_fp8_problem.cpp).
+  op.tuning.shape_keys = "b, q_len, h, s_k, page";
+  for (const auto& [b, q_len, h, s_k] : {std::array<int, 4>{128, 1, 16, 4096}, {128, 2, 16, 8192},
+                                        {128, 1, 8, 8192}, {128, 1, 128, 4096}, {128, 2, 128, 4096},
+                                        {32, 1, 64, 8192}})
+    op.tuning.bench_shapes.push_back({{"b", b}, {"q_len", q_len}, {"h", h}, {"s_k", s_k}, {"page", 64}});
   op.default_set = [] {
     std::vector<nlohmann::json> set;
     for (int h : {8, 16, 32, 64, 128})
