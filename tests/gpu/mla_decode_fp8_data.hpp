@@ -1,7 +1,7 @@
 #pragma once
 // The mla_decode_fp8 GPU tests' inputs: random bf16 rows of a chosen magnitude quantized by
 // the shipped device quantizer (checked bit for bit against its host reference), then
-// poisoned where no sequence reads (NaN codes, NaN rope, NaN σ), uploaded in the 640-byte
+// poisoned where no sequence reads (NaN codes, NaN rope, NaN or Inf σ), uploaded in the 640-byte
 // and the three-tensor form; the float64 reference is mla_decode's on the dequantized rows.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -114,7 +114,7 @@ class Fp8Data {
       CHECK(hks == ks_);
     }
     // Pages in random order, garbage table entries past the used pages, and every row no
-    // sequence reads poisoned: NaN codes, NaN rope, NaN σ.
+    // sequence reads poisoned: NaN codes, NaN rope, NaN or Inf σ.
     std::vector<int32_t> pages(static_cast<size_t>(num_pages_));
     for (int i = 0; i < num_pages_; ++i) pages[static_cast<size_t>(i)] = i;
     std::shuffle(pages.begin(), pages.end(), gen);
@@ -140,7 +140,8 @@ class Fp8Data {
       std::fill_n(kv_.begin() + r * rb, rb, uint8_t{0x7f});  // e4m3 NaN codes
       if (!c_.per_tensor) {  // NaN rope (bf16) and NaN σ; a per-tensor σ is shared
         std::fill_n(kv_.begin() + r * rb + 512, 128, uint8_t{0xff});
-        ks_[static_cast<size_t>(r)] = std::numeric_limits<float>::quiet_NaN();
+        ks_[static_cast<size_t>(r)] = r % 2 ? std::numeric_limits<float>::quiet_NaN()
+                                            : std::numeric_limits<float>::infinity();
       }
     }
     kv_d_.upload(kv_);
