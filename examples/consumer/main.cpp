@@ -11,7 +11,7 @@
 namespace {
 
 void report(const char* op, const std::string& config, const attnjit::PrecompiledKernel& k) {
-  std::printf("%-12s %s key %.12s, %d registers, %d spill bytes, %zu B cubin, %.0f ms: %s\n", op,
+  std::printf("%-14s %s key %.12s, %d registers, %d spill bytes, %zu B cubin, %.0f ms: %s\n", op,
               k.cache_hit ? "cache hit" : "compiled ", k.key.c_str(), k.registers, k.spill_bytes,
               k.cubin_bytes, k.ms, config.c_str());
 }
@@ -42,6 +42,11 @@ int main(int argc, char** argv) {
     const attnjit::MlaDecodeConfig mla_config = attnjit::mla_decode_selected_config(mla);
     report("mla_decode", mla_config.describe(),
            attnjit::precompile("mla_decode", mla_config.to_json(), arch, cache_dir));
+
+    // mla_decode_fp8: the same decode over an fp8 cache (640-byte rows, per-token scales).
+    const attnjit::MlaDecodeFp8Config fp8_config = attnjit::mla_decode_fp8_default_config(128, 1, 64);
+    report("mla_decode_fp8", fp8_config.describe(),
+           attnjit::precompile("mla_decode_fp8", fp8_config.to_json(), arch, cache_dir));
 
     // mha_fwd: causal prefill, head dim 128, 4k tokens per sequence, GQA 32/8.
     attnjit::MhaFwdShape mha;
