@@ -54,6 +54,21 @@ TEST_CASE("mla_decode cases read the tuning vocabulary plus the harness keys", "
   }
 }
 
+TEST_CASE("mla_decode_fp8 cases: the issue's rows in both cache forms; bad keys named", "[harness]") {
+  const harness::ProblemKind& kind = harness::find_problem("mla_decode_fp8");
+  const size_t shapes = ops::find_op("mla_decode_fp8").tuning.bench_shapes.size();
+  const std::vector<json> bench = kind.bench_cases();
+  REQUIRE(bench.size() == 2 * (shapes + 1));  // each form: the registry's rows + a mixed row
+  CHECK(bench[shapes]["varlen"] == 1);
+  CHECK(bench.back()["form"] == "three");
+  CHECK(kind.test_cases().size() == bench.size());
+  // Errors name the key before anything touches the GPU.
+  REQUIRE_ERROR(kind.make(json{{"h", 129}}, 1, 0), ErrorKind::kBadArgument, "'h'");
+  REQUIRE_ERROR(kind.make(json{{"heads", 16}}, 1, 0), ErrorKind::kBadArgument, "'heads'");
+  REQUIRE_ERROR(kind.make(json{{"form", "576"}}, 1, 0), ErrorKind::kBadArgument, "'form'");
+  REQUIRE_ERROR(kind.make(json{{"page", 32}}, 1, 0), ErrorKind::kBadArgument, "'page'");
+}
+
 TEST_CASE("mha_fwd cases read the tuning vocabulary plus seq and splits", "[harness]") {
   const MhaFwdCase d = harness::mha_fwd_case(json::object());
   CHECK(d.to_json().dump() ==
