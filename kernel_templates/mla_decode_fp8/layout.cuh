@@ -38,19 +38,26 @@ struct Args {
   int pad;
 };
 
-// Dynamic shared memory of the main kernel (SharedStorage<P> static_asserts against it):
-// Q widened to bf16 (9 chunks of [64][128 B]), two bf16 KV tiles (the fp8 Q staging
-// overlays them before the first tile), the fp8 ring, σ_KV per bf16 tile, P, the row
-// statistics and the mbarriers; rounded to 1024 plus 1024 to realign the dynamic base.
-ATTNJIT_PLAN unsigned smem_bytes(int block_m, int block_n, int stages) {
-  const int q_bf16 = block_m * 576 * 2;
-  const int kv_bf16 = 2 * block_n * 576 * 2;
+// Dynamic shared memory of the main kernel (SharedStorage<P> of each schedule
+// static_asserts against it), rounded to 1024 plus 1024 to realign the dynamic base.
+//   widening (fp8_mma 0): Q widened to bf16 (9 chunks of [64][128 B]), two bf16 K/V tiles
+//     (the fp8 Q staging overlays them before the first tile), the fp8 ring, σ_KV per bf16
+//     tile, P (bf16), the row statistics, the mbarriers.
+//   fp8 (fp8_mma 1): Q content e4m3 (4 × [64][128 B]) and Q rope bf16 ([64][128 B]), the
+//     fp8 ring (the only K/V copy), P′ (e4m3 [64][32]), σ_KV per stage, the statistics and
+//     the running σ max, the mbarriers.
+ATTNJIT_PLAN unsigned smem_bytes(int block_m, int block_n, int stages, int fp8_mma = 0) {
   const int ring = stages * block_n * kRowBytes;
-  const int sigma = 2 * block_n * 4;
-  const int p_tile = block_m * block_n * 2;
   const int stats = 3 * block_m * 4;
   const int barriers = (1 + stages) * 8;
-  const int body = q_bf16 + kv_bf16 + ring + sigma + p_tile + stats + barriers;
+  int body;
+  if (fp8_mma) {
+    body = block_m * kContentBytes + block_m * kRopeBytes + ring + block_m * block_n +
+           stages * block_n * 4 + stats + 16 + barriers;
+  } else {
+    body = block_m * 576 * 2 + 2 * block_n * 576 * 2 + ring + 2 * block_n * 4 + block_m * block_n * 2 +
+           stats + barriers;
+  }
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 

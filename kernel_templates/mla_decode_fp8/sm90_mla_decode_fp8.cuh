@@ -55,6 +55,7 @@ struct Traits {
   static_assert(P.block_m == kWgmmaM, "one wgmma M of query rows");
   static_assert(P.block_n == 32, "32-key tiles: a P′ row is one 64-byte swizzle span");
   static_assert(P.stages >= 2 && P.stages <= 3, "2..3 fp8 stages");
+  static_assert(P.fp8_mma == 0, "this file is the widening schedule");
   static_assert(P.page_size >= 64 && P.page_size <= 256 && (P.page_size & (P.page_size - 1)) == 0,
                 "page size is a power of two in 64..256 (a tile never straddles pages)");
   static_assert(P.num_heads >= 1 && P.num_heads <= 128 && P.max_q_len >= 1 && P.max_q_len <= 8,
@@ -89,7 +90,7 @@ template <auto P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 template <auto P>
 inline constexpr bool kPlanMatches =
-    kDynamicSmemBytes<P> == smem_bytes(P.block_m, P.block_n, P.stages);
+    kDynamicSmemBytes<P> == smem_bytes(P.block_m, P.block_n, P.stages, 0);
 
 template <auto P>
 using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;

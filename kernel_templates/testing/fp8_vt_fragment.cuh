@@ -20,36 +20,17 @@
 #include "common/types.cuh"
 #include "common/warpgroup.cuh"
 #include "common/wgmma.cuh"
+#include "mla_decode_fp8/vt_fragment.cuh"
 
 namespace attnjit::testing {
+
+using attnjit::mla_decode_fp8::Fp8PTile;
+using attnjit::mla_decode_fp8::fp8_vt_fragment;
+using attnjit::mla_decode_fp8::fp8_vt_key_of;
 
 struct Fp8VtParams {
   int v_swizzled;  // 1: V [32][128 B] 128B-swizzled (as the TMA ring holds it); 0: dense
 };
-
-// P′'s B tile: [64 rows][32 bytes], K-major, no swizzle (core-matrix interleave).
-using Fp8PTile = WgmmaKMajorTile<Swizzle::kNone, 64>;
-
-// The key at k position `k` of the A fragment's order (also P′'s column order in its tile).
-ATTNJIT_HOST_DEVICE constexpr int fp8_vt_key_of(int k) {
-  const int t = (k % 16) / 4, j = k % 4;
-  return 16 * (k / 16) + (j < 2 ? 2 * t + j : 8 + 2 * t + (j - 2));
-}
-
-// This thread's A fragment of Vᵀ for dims [dim0, dim0 + 64) (warp w: dims dim0 + 16w ..).
-ATTNJIT_DEVICE void fp8_vt_fragment(u32 (&a)[4], u32 v_smem, int dim0, bool swizzled) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = (static_cast<int>(threadIdx.x) / 32) % 4;
-  const u32 off = static_cast<u32>(lane * 128 + dim0 + 16 * warp);  // key = lane, 16-byte unit
-  const u32 addr = v_smem + (swizzled ? swizzle_byte_offset<Swizzle::k128B>(off) : off);
-  u32 r0, r1, r2, r3;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-  a[0] = __byte_perm(r0, r1, 0x6420);  // row g   (dim 2g),   keys 2t, 2t+1, 8+2t, 9+2t
-  a[1] = __byte_perm(r0, r1, 0x7531);  // row g+8 (dim 2g+1), same keys
-  a[2] = __byte_perm(r2, r3, 0x6420);  // the same for keys 16..31
-  a[3] = __byte_perm(r2, r3, 0x7531);
-}
 
 // v: [32 keys][128 dims] e4m3, dense; p: [64 rows][32 keys] e4m3 in the natural key order;
 // out: Oᵀ [128 dims][64 rows] f32. One warpgroup.

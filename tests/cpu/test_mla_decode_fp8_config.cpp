@@ -1,12 +1,15 @@
 // mla_decode_fp8 without a GPU: config validation and JSON, the registry entries, and every
 // argument check (each names its argument and rule before the driver is touched).
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "attnjit/ops/mla_decode_fp8.hpp"
+#include "jit/compiler.hpp"
 #include "ops/registry.hpp"
 #include "support/catch.hpp"
 #include "support/errors.hpp"
+#include "support/sass.hpp"
 
 using namespace attnjit;
 
@@ -35,8 +38,40 @@ TEST_CASE("mla_decode_fp8 config validation names the field", "[config][mla_deco
   for (int p : {16, 32, 48, 512})  // >= 64: a 32-key tile never straddles a page
     REQUIRE_ERROR(with([&](auto& c) { c.page_size = p; }).validate(), ErrorKind::kUnsupportedConfig, "'page_size'");
   REQUIRE_ERROR(with([](auto& c) { c.block_n = 64; }).validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
-  for (int s : {1, 4})
+  for (int s : {1, 4, 9})
     REQUIRE_ERROR(with([&](auto& c) { c.stages = s; }).validate(), ErrorKind::kUnsupportedConfig, "'stages'");
+  REQUIRE_ERROR(with([](auto& c) { c.fp8_mma = 2; }).validate(), ErrorKind::kUnsupportedConfig, "'fp8_mma'");
+}
+
+TEST_CASE("mla_decode_fp8's experimental fp8 kernel compiles with QGMMA and no spills",
+          "[jit][nvrtc][mla_decode_fp8]") {
+  // Not in the default set (not yet run on a GPU); this keeps it compiling and in shape.
+  const ops::OpSpec& op = ops::find_op("mla_decode_fp8");
+  for (const auto& [h, q, page, stages] : {std::array<int, 4>{16, 1, 64, 6}, {128, 2, 64, 6}, {64, 8, 256, 8}}) {
+    MlaDecodeFp8Config c = mla_decode_fp8_default_config(h, q, page);
+    c.fp8_mma = 1;
+    c.stages = stages;
+    REQUIRE_NOTHROW(c.validate());
+    INFO(c.describe());
+    const jit::CompiledKernel k = jit::compile_recipe(op.recipe(nlohmann::json::parse(c.to_json()), kSm90a));
+    REQUIRE(k.ptxas.parsed);
+    CHECK(k.ptxas.spill_store_bytes == 0);
+    CHECK(k.ptxas.spill_load_bytes == 0);
+    CHECK(k.log.find("C7520") == std::string::npos);
+    if (auto sass = test::disassemble(k.cubin)) {
+      CHECK(test::count_opcode(*sass, "QGMMA") >= 2);  // Q·Kᵀ content and P·V
+      CHECK(test::count_opcode(*sass, "HGMMA") > 0);   // the bf16 rope
+      CHECK(test::count_opcode(*sass, "UTMALDG") > 0);
+      CHECK(test::count_opcode(*sass, "LDL") == 0);
+      CHECK(test::count_opcode(*sass, "STL") == 0);
+    }
+  }
+  MlaDecodeFp8Config c;
+  c.fp8_mma = 1;
+  c.stages = 8;  // the fp8 kernel's ring is its only K/V copy: 8 × 20 KiB fit
+  CHECK_NOTHROW(c.validate());
+  c.fp8_mma = 0;  // the widening kernel's bf16 tiles leave room for 3
+  REQUIRE_ERROR(c.validate(), ErrorKind::kUnsupportedConfig, "'stages'");
 }
 
 TEST_CASE("mla_decode_fp8 config JSON round trip and registry", "[config][mla_decode_fp8]") {
@@ -165,7 +200,14 @@ TEST_CASE("mla_decode_fp8 takes both cache forms and per-head q scales", "[args]
   a.kv_cache = TensorView::contiguous(fake(2), DType::kU8, {PAGES, PAGE, 512});
   a.kv_rope = TensorView::contiguous(fake(8), DType::kBF16, {PAGES, PAGE, 64});
   REQUIRE_ERROR(mla_decode_fp8(a, plan, Workspace{}, nullptr), ErrorKind::kBadArgument, "workspace");
-  // The per-tensor form: 576-byte rows, one σ_Q and one σ_KV.
+  // The per-tensor form: 576-byte rows, one σ_Q and one σ_KV (the widening kernel only).
+  {
+    MlaDecodeFp8Args pt = valid_args();
+    pt.q = TensorView::contiguous(fake(0), DType::kU8, {B, QL, H, 576});
+    MlaDecodeFp8Plan fp8_plan = valid_plan(pt);
+    fp8_plan.config.fp8_mma = 1;
+    REQUIRE_ERROR(mla_decode_fp8(pt, fp8_plan, Workspace{}, nullptr), ErrorKind::kBadArgument, "q:", "fp8_mma 0");
+  }
   a = valid_args();
   a.q = TensorView::contiguous(fake(0), DType::kU8, {B, QL, H, 576});
   a.q_scale = TensorView::contiguous(fake(1), DType::kF32, {1});

@@ -69,6 +69,9 @@ void check_q(const MlaDecodeFp8Args& a, const MlaDecodeFp8Config& c, mla_fp8_det
     fail_arg("q", fmt::format("holds {} × {} query rows, over 2^31", s.total_q, s.h));
 
   f.per_tensor = q.shape[q.rank - 1] == kTensorRowBytes;
+  if (f.per_tensor && c.fp8_mma)
+    fail_arg("q", "576-byte rows (the per-tensor form) run on the widening kernel only (config "
+                  "fp8_mma 0): the fp8 kernel reads a bf16 rope");
   // σ_Q: one per query token, or per token and head; one for all in the per-tensor form.
   const TensorView& qs = a.q_scale;
   namespace dev = layout::mla_decode_fp8;

@@ -40,10 +40,11 @@ const auto& quantize_table() {
 
 jit::KernelRecipe main_recipe(const MlaDecodeFp8Config& c, Arch arch) {
   ops::require_sm90a(arch, "mla_decode_fp8");
-  return ops::table_recipe(table(), c,
-                           {"mla_decode_fp8", "mla_decode_fp8/sm90_mla_decode_fp8.cuh",
-                            "attnjit::mla_decode_fp8::kernel"},
-                           arch, ops::mla_fp8_smem_bytes(c));
+  const ops::KernelEntry entry{
+      "mla_decode_fp8",
+      c.fp8_mma ? "mla_decode_fp8/sm90_mla_decode_fp8_qgmma.cuh" : "mla_decode_fp8/sm90_mla_decode_fp8.cuh",
+      c.fp8_mma ? "attnjit::mla_decode_fp8::qgmma::kernel" : "attnjit::mla_decode_fp8::kernel"};
+  return ops::table_recipe(table(), c, entry, arch, ops::mla_fp8_smem_bytes(c));
 }
 
 jit::KernelRecipe quantize_recipe(const ops::MlaFp8QuantizeConfig& c, Arch arch) {
@@ -116,7 +117,7 @@ namespace ops {
 void MlaFp8QuantizeConfig::validate() const { quantize_table().check_rules(*this); }
 
 unsigned mla_fp8_smem_bytes(const MlaDecodeFp8Config& c) {
-  return layout::mla_decode_fp8::smem_bytes(c.block_m, c.block_n, c.stages);
+  return layout::mla_decode_fp8::smem_bytes(c.block_m, c.block_n, c.stages, c.fp8_mma);
 }
 
 const jit::Kernel& mla_fp8_main_kernel(const MlaDecodeFp8Config& c, Arch arch) {

@@ -115,6 +115,9 @@ void mla_decode_fp8(const MlaDecodeFp8Args& a, const MlaDecodeFp8Plan& plan, Wor
   if (three)
     rope_spec.tensor = TensorView::contiguous(a.kv_rope.data, DType::kU8, {cache_rows, dev::kRopeBytes},
                                               a.q.device);
+  if (c.fp8_mma) {  // the fp8 kernel reads the boxes with wgmma: 128B-swizzled, K-major
+    q_spec.swizzle = kv_spec.swizzle = rope_spec.swizzle = Swizzle::k128B;
+  }
   validate_tma(q_spec, "q");
   validate_tma(kv_spec, "kv_cache");
   validate_tma(rope_spec, "kv_rope");
