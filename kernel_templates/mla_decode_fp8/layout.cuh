@@ -61,6 +61,29 @@ ATTNJIT_PLAN unsigned smem_bytes(int block_m, int block_n, int stages, int fp8_m
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 
+// ---- the fp8 P·V operand order (fp8_mma 1; vt_fragment.cuh) -------------------------
+// The Vᵀ register fragment built by ldmatrix.trans + PRMT takes the keys of a 32-key tile
+// in this order: k position k holds key fp8_vt_key_of(k), i.e. within each 16 keys the
+// positions 4t..4t+3 hold keys {2t, 2t+1, 8+2t, 9+2t}. P′ is stored in the same order.
+ATTNJIT_PLAN int fp8_vt_key_of(int k) {
+  const int t = (k % 16) / 4, j = k % 4;
+  return 16 * (k / 16) + (j < 2 ? 2 * t + j : 8 + 2 * t + (j - 2));
+}
+
+// Where the softmax warpgroup puts S accumulator i (0..15 of an m64n32 fragment) of thread
+// `tid` (0..127) in P′ [64 rows][32 k positions]: wgmma's accumulator layout gives row
+// 16w + l/4 + 8·((i/2) % 2) and key 8·(i/4) + 2·(l % 4) + i % 2 (w = tid/32, l = tid%32);
+// accumulators 8G+2r+{0,1} and 8G+4+2r+{0,1} are one 32-bit word at k position
+// 16G + 4·(l % 4), bytes in that order.
+struct P8Slot {
+  int row, kpos;
+};
+ATTNJIT_PLAN P8Slot fp8_p_slot(int tid, int i) {
+  const int l = tid % 32;
+  const int byte = 2 * ((i % 8) / 4) + i % 2;  // which 8-key half, then the column parity
+  return {16 * (tid / 32) + l / 4 + 8 * ((i / 2) % 2), 16 * (i / 8) + 4 * (l % 4) + byte};
+}
+
 // ---- the quantizer --------------------------------------------------------------------
 // One CTA of kQuantThreads threads per group of rows (kRow: 1 row, kToken: h rows); the
 // per-tensor form runs an amax pass (grid over rows, atomicMax on the f32 bits) first.

@@ -208,8 +208,8 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
       for (int g = 0; g < 2; ++g) {
         const int i0 = 8 * g + 2 * r;
         const u32 word = e4m3x2_rn(sc[i0], sc[i0 + 1]) | e4m3x2_rn(sc[i0 + 4], sc[i0 + 5]) << 16;
-        const int row = wgmma_acc_coord(tid, i0).row;
-        *reinterpret_cast<u32*>(s.p8 + Fp8PTile::byte_offset(static_cast<u32>(row), static_cast<u32>(16 * g + 4 * (tid % 4)))) = word;
+        const P8Slot at = fp8_p_slot(tid, i0);  // byte 0 of the word (layout.cuh, CPU-tested)
+        *reinterpret_cast<u32*>(s.p8 + Fp8PTile::byte_offset(static_cast<u32>(at.row), static_cast<u32>(at.kpos))) = word;
       }
     if (tid % 4 == 0) {
       s.row_scale[wgmma_acc_coord(tid, 0).row] = scale[0];

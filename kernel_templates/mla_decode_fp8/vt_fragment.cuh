@@ -8,17 +8,15 @@
 #include "common/arch.cuh"
 #include "common/types.cuh"
 #include "common/wgmma.cuh"
+#include "mla_decode_fp8/layout.cuh"  // fp8_vt_key_of, fp8_p_slot
 
 namespace attnjit::mla_decode_fp8 {
 
+using layout::mla_decode_fp8::fp8_vt_key_of;
+using layout::mla_decode_fp8::fp8_p_slot;
+
 // P′'s B tile: [64 rows][32 bytes], K-major, no swizzle (core-matrix interleave).
 using Fp8PTile = WgmmaKMajorTile<Swizzle::kNone, 64>;
-
-// The key at k position `k` of the A fragment's order (also P′'s column order in its tile).
-ATTNJIT_HOST_DEVICE constexpr int fp8_vt_key_of(int k) {
-  const int t = (k % 16) / 4, j = k % 4;
-  return 16 * (k / 16) + (j < 2 ? 2 * t + j : 8 + 2 * t + (j - 2));
-}
 
 // This thread's A fragment of Vᵀ for dims [dim0, dim0 + 64) (warp w: dims dim0 + 16w ..).
 ATTNJIT_DEVICE void fp8_vt_fragment(u32 (&a)[4], u32 v_smem, int dim0, bool swizzled) {

@@ -10,6 +10,7 @@
 #include "attnjit/ops/mla_decode_fp8.hpp"
 #include "harness/mla_fp8_reference.hpp"
 #include "harness/mla_reference.hpp"
+#include "mla_decode_fp8/layout.cuh"
 #include "support/catch.hpp"
 
 using namespace attnjit;
@@ -139,4 +140,40 @@ TEST_CASE("mla_decode_fp8 float64 reference on a hand-computed decode", "[mla_de
   CHECK(ref.out[1] == Approx(e1 * 2.0 / sum).epsilon(1e-12));
   for (int d = 2; d < 512; ++d) CHECK(ref.out[static_cast<size_t>(d)] == 0.0);
   CHECK(ref.lse[0] == Approx(std::log(sum)).epsilon(1e-12));
+}
+
+TEST_CASE("fp8 P.V operand order: P' bytes land where the Vt fragment expects their keys",
+          "[mla_decode_fp8][fp8_mma]") {
+  // The fp8 kernel's softmax packs S accumulators into P' words (fp8_p_slot); the Vt
+  // fragment reads keys in fp8_vt_key_of order (GPU-checked by the fragment test family).
+  // Here, on the host, every (thread, accumulator) of an m64n32 fragment — its row and key
+  // from PTX's accumulator layout — must land at a k position holding that key, every
+  // (row, k position) exactly once, and the 4 accumulators of a word on consecutive bytes.
+  namespace fp8 = attnjit::layout::mla_decode_fp8;
+  std::vector<int> hits(64 * 32, 0);
+  for (int tid = 0; tid < 128; ++tid) {
+    const int l = tid % 32;
+    for (int i = 0; i < 16; ++i) {
+      const int row = 16 * (tid / 32) + l / 4 + 8 * ((i / 2) % 2);  // PTX m64nNk accumulator layout
+      const int key = 8 * (i / 4) + 2 * (l % 4) + i % 2;
+      const fp8::P8Slot at = fp8::fp8_p_slot(tid, i);
+      INFO("tid " << tid << " acc " << i);
+      CHECK(at.row == row);
+      CHECK(fp8::fp8_vt_key_of(at.kpos) == key);
+      ++hits[static_cast<size_t>(at.row * 32 + at.kpos)];
+    }
+    for (int g = 0; g < 2; ++g)
+      for (int r = 0; r < 2; ++r) {
+        const int i0 = 8 * g + 2 * r, base = fp8::fp8_p_slot(tid, i0).kpos;
+        CHECK(base % 4 == 0);
+        CHECK(fp8::fp8_p_slot(tid, i0 + 1).kpos == base + 1);
+        CHECK(fp8::fp8_p_slot(tid, i0 + 4).kpos == base + 2);
+        CHECK(fp8::fp8_p_slot(tid, i0 + 5).kpos == base + 3);
+      }
+  }
+  for (int h : hits) CHECK(h == 1);
+  // fp8_vt_key_of is a permutation of each 16 keys.
+  std::vector<int> seen(32, 0);
+  for (int k = 0; k < 32; ++k) ++seen[static_cast<size_t>(fp8::fp8_vt_key_of(k))];
+  for (int v : seen) CHECK(v == 1);
 }
