@@ -103,8 +103,8 @@ struct QuantArgs {
   int pad;
 };
 
-static_assert(sizeof(Args) == 96 + 40 && ATTNJIT_OFFSET_IS(Args, q_scale, 96) &&
-                  ATTNJIT_OFFSET_IS(Args, rope_col, 120) && ATTNJIT_OFFSET_IS(Args, rope_e4m3, 128),
+static_assert(sizeof(Args) == 104 + 40 && ATTNJIT_OFFSET_IS(Args, q_scale, 104) &&
+                  ATTNJIT_OFFSET_IS(Args, rope_col, 128) && ATTNJIT_OFFSET_IS(Args, rope_e4m3, 136),
               "mla_decode_fp8::Args layout");
 static_assert(sizeof(QuantArgs) == 56 && ATTNJIT_OFFSET_IS(QuantArgs, rows, 32) &&
                   ATTNJIT_OFFSET_IS(QuantArgs, mode, 48),

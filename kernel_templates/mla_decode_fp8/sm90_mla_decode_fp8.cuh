@@ -34,6 +34,14 @@
 namespace attnjit::mla_decode_fp8 {
 
 namespace md = attnjit::mla_decode;
+
+// The schedule's item this CTA runs, or -1: none. These kernels run one piece per CTA (the
+// balance kernel's pieces form, launch_balance's packable false), so a CTA's run of items
+// holds at most one; static splits read item 0 (unused).
+ATTNJIT_DEVICE int cta_item(const layout::mla_decode::Args& a) {
+  const md::Items its = md::cta_items(a);
+  return its.begin < its.end ? its.begin : -1;
+}
 using namespace attnjit::layout::mla_decode_fp8;
 
 // P is the config's template fields (mla_decode_fp8_config.def): P.num_heads, P.max_q_len,
@@ -395,7 +403,8 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
            const __grid_constant__ TmaDesc rope_map,  // kv_map, or u8 [pages·page_size, 128]
            const Args args) {
   static_assert(kPlanMatches<P>, "mla_decode_fp8/layout.cuh's smem_bytes is not this SharedStorage's");
-  if (md::idle_cta(args.base)) return;
+  const int item = cta_item(args.base);
+  if (item < 0) return;
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>(
       (reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
@@ -412,7 +421,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  const md::Tile t = md::locate<P>(args.base);
+  const md::Tile t = md::locate<P>(args.base, item);
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {
     load_q<P>(s, q_map, t);
     for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)

@@ -285,7 +285,7 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tiles) 
     if (i + 1 < tiles) named_barrier_arrive(Bar::kPFree, 3 * kWarpgroupThreads);
   }
   named_barrier_sync(Bar::kStats, 3 * kWarpgroupThreads);
-  const md::Tile t = md::locate<P>(a.base);
+  const md::Tile t = md::locate<P>(a.base, cta_item(a.base));
 
   // Epilogue: out[row][dim] = Oᵀ[dim][row] · (s_run / 256) / l[row]; dims 2g and 2g+1 of a
   // column are accumulators i and i+2 of the same block (A rows g and g+8).
@@ -338,7 +338,8 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
            const __grid_constant__ TmaDesc rope_map,  // kv_map, or u8 [pages·page_size, 128], SW128
            const Args args) {
   static_assert(kPlanMatches<P>, "mla_decode_fp8/layout.cuh's smem_bytes is not this SharedStorage's");
-  if (md::idle_cta(args.base)) return;
+  const int item = cta_item(args.base);
+  if (item < 0) return;
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
   const int wg = warpgroup_id_uniform();
@@ -354,7 +355,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  const md::Tile t = md::locate<P>(args.base);
+  const md::Tile t = md::locate<P>(args.base, item);
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {
     load_q<P>(s, q_map, t);
     for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)

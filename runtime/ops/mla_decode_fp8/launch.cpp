@@ -42,7 +42,7 @@ MlaDecodePlan as_mla_plan(const MlaDecodeFp8Plan& p) {
 
 size_t plan_workspace_bytes(const MlaDecodeFp8Plan& p) {
   return p.balanced ? mla_decode_balanced_workspace_bytes(as_mla_shape(p.shape), p.sm_slots,
-                                                          0)
+                                                          0, p.config.block_n)
                     : mla_decode_workspace_bytes(as_mla_shape(p.shape), p.num_splits);
 }
 
@@ -82,8 +82,9 @@ void mla_decode_fp8_schedule(const MlaDecodeFp8Plan& plan, const MlaDecodeFp8Arg
                              Workspace workspace, CUstream stream) {
   const mla_detail::Sizes s = checked(args, plan, workspace).s;
   if (!plan.balanced || s.b == 0) return;
-  mla_detail::launch_balance(as_mla_shape(plan.shape), plan.sm_slots, 0,
-                             plan.config.block_n, i32_ptr(args.cache_lens), workspace, stream);
+  // Its kernels run one piece per CTA: the pieces form, never packed.
+  mla_detail::launch_balance(as_mla_shape(plan.shape), plan.sm_slots, 0, plan.config.block_n,
+                             /*packable=*/false, i32_ptr(args.cache_lens), workspace, stream);
 }
 
 void mla_decode_fp8(const MlaDecodeFp8Args& a, const MlaDecodeFp8Plan& plan, Workspace workspace,
@@ -143,12 +144,13 @@ void mla_decode_fp8(const MlaDecodeFp8Args& a, const MlaDecodeFp8Plan& plan, Wor
   const TmaDescriptor kv_map = encode_tma(kv_spec, "kv_cache");
   const TmaDescriptor rope_map = encode_tma(rope_spec, "kv_rope");
   const mla_detail::SplitRun sr = mla_detail::split_run(as_mla_shape(plan.shape), plan.balanced, splits,
-                                                        plan.sm_slots, 0, s, workspace);
+                                                        plan.sm_slots, 0, c.block_n, s, workspace);
   const layout::mla_decode::QRows q_rows{s.ragged ? i32_ptr(a.q_offsets) : nullptr,
                                          static_cast<int>(s.q_len), static_cast<int>(s.total_q)};
   dev::Args ka{{i32_ptr(a.block_table), i32_ptr(a.cache_lens), a.out.data,
                 static_cast<float*>(a.lse.data), sr.part_out, sr.part_lse, q_rows,
-                static_cast<int>(s.max_pages), splits, a.softmax_scale * kLog2e, sr.items, sr.counts},
+                static_cast<int>(s.max_pages), splits, a.softmax_scale * kLog2e, sr.items, sr.counts,
+                sr.cta_first},
                static_cast<const float*>(a.q_scale.data),
                static_cast<const float*>(a.kv_scale.data),
                f.q_scale_mode,
@@ -160,7 +162,7 @@ void mla_decode_fp8(const MlaDecodeFp8Args& a, const MlaDecodeFp8Plan& plan, Wor
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
   if (plan.balanced) {
-    shape.grid[1] = static_cast<unsigned>(sr.items_bound);
+    shape.grid[1] = static_cast<unsigned>(sr.ctas_bound);
   } else {
     shape.grid[1] = static_cast<unsigned>(splits);
     shape.grid[2] = static_cast<unsigned>(s.b);
