@@ -1,7 +1,9 @@
 #pragma once
 // sm90_mla_decode_fp8_qgmma: the fp8 wgmma schedule of mla_decode_fp8 (config fp8_mma = 1).
-// EXPERIMENTAL: compiled and SASS-checked, not yet run on a GPU (the widening schedule in
-// sm90_mla_decode_fp8.cuh is the tested one). The design is /work/notes/fp8-mla-plan.md's:
+// EXPERIMENTAL: 2.5× the widening schedule's speed on the H200, but outside the accuracy
+// limits: Q·Kᵀ accumulates in the fp8 wgmma's reduced-precision accumulator, whose error
+// grows with |S| (docs/performance.md "mla_decode_fp8: first figures"). The widening
+// schedule (sm90_mla_decode_fp8.cuh) is the default. The design:
 //
 //   S  [64 × 32]  = Q_c·K_cᵀ (4 chunks × 4 SS e4m3 m64n32k32) + Q_r·K_rᵀ (4 SS bf16 k16),
 //                   one f32 accumulator, K straight from the TMA ring (no widening);

@@ -1,5 +1,5 @@
 #pragma once
-// Test family for the fp8 P·V planned for mla_decode_fp8 (/work/notes/fp8-mla-plan.md):
+// Test family for the fp8 P·V planned for mla_decode_fp8 (config fp8_mma 1):
 // fp8 wgmma takes K-major operands only, and V [keys][dims] is MN-major for O = P·V, so
 // the kernel computes the transpose
 //
