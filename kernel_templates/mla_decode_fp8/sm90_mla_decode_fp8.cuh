@@ -193,20 +193,25 @@ ATTNJIT_DEVICE void widen(const u8* staged, u8* tile, int valid, bool rope_e4m3)
   }
 }
 
-// σ_KV of a tile's keys (0 past the length, or for a table entry that is not a page: by
-// selection, so a NaN or Inf there never enters).
+// σ_KV of key tid of a tile, for threads tid < block_n (0 past the length, or for a table
+// entry that is not a page: by selection, so a NaN or Inf there never enters). Fetched
+// before the tile's TMA wait and stored to shared memory after it, so the two dependent
+// global loads (table, then scale) hide behind the wait instead of adding to each tile.
 template <auto P>
-ATTNJIT_DEVICE void load_sigma(float* sigma, const Args& a, int batch, int tile, int len) {
+ATTNJIT_DEVICE float fetch_sigma(const Args& a, int batch, int tile, int len) {
   const int tid = thread_in_warpgroup();
-  if (tid >= P.block_n) return;
   const int key = tile * P.block_n + tid;
   float v = 0.0f;
-  if (key < len) {
+  if (tid < P.block_n && key < len) {
     const int page = a.base.block_table[static_cast<i64>(batch) * a.base.max_pages + key / P.page_size];
     if (page >= 0 && page < a.num_pages)
       v = a.kv_scale[a.kv_scale_per_row ? static_cast<i64>(page) * P.page_size + key % P.page_size : 0];
   }
-  sigma[tid] = v;
+  return v;
+}
+template <auto P>
+ATTNJIT_DEVICE void store_sigma(float* sigma, float v) {
+  if (thread_in_warpgroup() < P.block_n) sigma[thread_in_warpgroup()] = v;
 }
 
 // Writes one PV warpgroup's O[64 × 256] (columns half·256 + 0..256) normalized by l: bf16
@@ -276,9 +281,10 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     const int st = i % P.stages, buf = i % 2;
     const int valid = t.len - tile * P.block_n;  // keys of this tile inside the sequence
     // kv[buf] is free: the PV warpgroups finished tile i-2 before WG0 passed kPFree at i-1.
+    const float sigma = fetch_sigma<P>(a, t.batch, tile, t.len);
     mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
     widen<P.block_n>(s.ring[st], s.kv[buf], valid, a.rope_e4m3);
-    load_sigma<P>(s.sigma[buf], a, t.batch, tile, t.len);
+    store_sigma<P>(s.sigma[buf], sigma);
     fence_proxy_async_smem();  // the widened tile is read by wgmma (async proxy)
     named_barrier_sync(Bar::kWidened, kWarpgroupThreads);
     if (tid == 0 && tile + P.stages < t.tile_end)  // stage st is read: refill it

@@ -18,7 +18,7 @@
 // Rows past the length hold NaN codes in the ring: WG0 zeroes their content bytes before
 // S and P·V read them (0·NaN is NaN inside the MMA). Roles, barriers, split and epilogue
 // contract are the widening schedule's.
-#include "mla_decode_fp8/sm90_mla_decode_fp8.cuh"  // Bar, load_sigma, OutParams-free helpers
+#include "mla_decode_fp8/sm90_mla_decode_fp8.cuh"  // Bar, fetch_sigma, OutParams-free helpers
 #include "mla_decode_fp8/vt_fragment.cuh"
 
 namespace attnjit::mla_decode_fp8::qgmma {
@@ -137,8 +137,9 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
   for (int tile = t.tile_begin, i = 0; tile < t.tile_end; ++tile, ++i) {
     const int st = i % P.stages;
     const int valid = t.len - tile * P.block_n;
+    const float sigma = fetch_sigma<P>(a, t.batch, tile, t.len);
     mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
-    load_sigma<P>(s.sigma[st], a, t.batch, tile, t.len);
+    store_sigma<P>(s.sigma[st], sigma);
     if (valid < P.block_n) zero_tail_rows<P>(s.ring[st], valid);
     fence_proxy_async_smem();  // zeros are read by wgmma (S here, P·V in WG1/WG2)
     named_barrier_sync(Bar::kWidened, kWarpgroupThreads);
