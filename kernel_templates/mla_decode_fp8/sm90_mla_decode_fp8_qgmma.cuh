@@ -1,12 +1,13 @@
 #pragma once
 // sm90_mla_decode_fp8_qgmma: the fp8 wgmma schedule of mla_decode_fp8 (config fp8_mma = 1).
-// EXPERIMENTAL: 2.5× the widening schedule's speed on the H200, but outside the accuracy
-// limits: Q·Kᵀ accumulates in the fp8 wgmma's reduced-precision accumulator, whose error
-// grows with |S| (docs/performance.md "mla_decode_fp8: first figures"). The widening
-// schedule (sm90_mla_decode_fp8.cuh) is the default. The design:
+// EXPERIMENTAL: 2.2× the widening schedule's speed on the H200 and within its own limits
+// (e4m3 P′; Q·Kᵀ in fp8 wgmma, whose accumulator keeps ~13 mantissa bits: lse to 5e-4 of
+// |score|), 10× the widening schedule's output error, which stays the default
+// (docs/performance.md "mla_decode_fp8: first figures"). The design:
 //
 //   S  [64 × 32]  = Q_c·K_cᵀ (4 chunks × 4 SS e4m3 m64n32k32) + Q_r·K_rᵀ (4 SS bf16 k16),
-//                   one f32 accumulator, K straight from the TMA ring (no widening);
+//                   each k-step's fresh accumulator added in f32, K straight from the TMA
+//                   ring (no widening);
 //   x  = S·σ_Q·σ_KV·scale·log2e, online softmax on x as the widening schedule;
 //   P′ [64 × 32]  = e4m3(p·σ_KV·256/s_run): s_run is the running max of σ_KV over the
 //                   CTA's tiles (its growth folds into the row rescale), ×256 keeps p ≥ 2^-14
@@ -134,10 +135,12 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
   float s_run = 0.0f;  // running max of σ_KV (uniform over the CTA)
   if (t.tile_begin < t.tile_end) mbarrier_wait(&s.q_full, 0);
   const u32 q8_addr = smem_u32(s.q8), qr_addr = smem_u32(s.q_rope);
+  float sigma_next = t.tile_begin < t.tile_end ? fetch_sigma<P>(a, t.batch, t.tile_begin, t.len) : 0.0f;
   for (int tile = t.tile_begin, i = 0; tile < t.tile_end; ++tile, ++i) {
     const int st = i % P.stages;
     const int valid = t.len - tile * P.block_n;
-    const float sigma = fetch_sigma<P>(a, t.batch, tile, t.len);
+    const float sigma = sigma_next;  // fetched a tile ahead: the loads' latency is hidden
+    if (tile + 1 < t.tile_end) sigma_next = fetch_sigma<P>(a, t.batch, tile + 1, t.len);
     mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
     store_sigma<P>(s.sigma[st], sigma);
     if (valid < P.block_n) zero_tail_rows<P>(s.ring[st], valid);
@@ -146,22 +149,40 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     const u32 k_addr = smem_u32(s.ring[st]);
     const u32 kr_addr = k_addr + kContentBoxes * Traits<P>::kKChunkBytes;
 
-    wgmma_fence();
+    // S in f32 registers, one fresh accumulator per k32 step: fp8 wgmma keeps only ~13
+    // mantissa bits when it adds into a running accumulator, an error that grows with |S|
+    // (3.7e-3 of the lse at unit magnitude, 6.3 at magnitude 30 when chained; 20× less
+    // this way, for 14 % of the kernel's time). DeepGEMM promotes the same way. Two steps
+    // in flight; the rope's 4 bf16 k16 steps are the 17th.
+    constexpr int kSteps = kContentBoxes * 4 + 1;
+    float part[2][P.block_n / 2];
 #pragma unroll
-    for (int c = 0; c < kContentBoxes; ++c) {
+    for (int i2 = 0; i2 < P.block_n / 2; ++i2) sc[i2] = 0.0f;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const u32 k_byte = static_cast<u32>(c * 128 + kk * 32);
-        wgmma_ss<DType::kE4M3, P.block_n>(sc, Q8Tile<P>::desc(q8_addr, k_byte), K8Tile<P>::desc(k_addr, k_byte),
-                                          c > 0 || kk > 0);
+    for (int j = 0; j < kSteps; ++j) {
+      wgmma_fence();  // part[j % 2] was read by the adds of step j - 2
+      if (j < kSteps - 1) {
+        const u32 k_byte = static_cast<u32>((j / 4) * 128 + (j % 4) * 32);
+        wgmma_ss<DType::kE4M3, P.block_n>(part[j % 2], Q8Tile<P>::desc(q8_addr, k_byte),
+                                          K8Tile<P>::desc(k_addr, k_byte), false);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_ss<DType::kBF16, P.block_n>(part[j % 2], Q8Tile<P>::desc(qr_addr, kk * 32),
+                                            K8Tile<P>::desc(kr_addr, kk * 32), kk > 0);
+      }
+      wgmma_commit();
+      if (j > 0) {
+        wgmma_wait<1>();
+        wgmma_fence_operands(part[(j - 1) % 2]);
+#pragma unroll
+        for (int i2 = 0; i2 < P.block_n / 2; ++i2) sc[i2] += part[(j - 1) % 2][i2];
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_ss<DType::kBF16, P.block_n>(sc, Q8Tile<P>::desc(qr_addr, kk * 32), K8Tile<P>::desc(kr_addr, kk * 32), true);
-    wgmma_commit();
     wgmma_wait<0>();
-    wgmma_fence_operands(sc);
+    wgmma_fence_operands(part[(kSteps - 1) % 2]);
+#pragma unroll
+    for (int i2 = 0; i2 < P.block_n / 2; ++i2) sc[i2] += part[(kSteps - 1) % 2][i2];
 
     const int key0 = tile * P.block_n;
     float tile_max[2] = {neg_inf(), neg_inf()};
@@ -249,7 +270,9 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tiles) 
     for (int i = 0; i < 32; ++i) o[mb][i] = 0.0f;
   if (tiles > 0) named_barrier_arrive(Bar::kPFree, 3 * kWarpgroupThreads);  // P′ starts free
   for (int i = 0, st = 0; i < tiles; ++i, st = st + 1 == P.stages ? 0 : st + 1) {
-    named_barrier_sync(Bar::kPReady, 3 * kWarpgroupThreads);
+    // Unaligned: WG1 and WG2 reach it from their own instantiations (half), and bar.sync's
+    // aligned form wants one instruction for all (synccheck's "divergent threads").
+    named_barrier_sync_unaligned(Bar::kPReady, 3 * kWarpgroupThreads);
     const u32 v_addr = smem_u32(s.ring[st]);
     const u64 p_desc = Fp8PTile::desc(smem_u32(s.p8), 0);
     // The rescale is per column of Oᵀ (a query row): accumulators 4j..4j+3 are columns
@@ -287,7 +310,7 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tiles) 
     }
     if (i + 1 < tiles) named_barrier_arrive(Bar::kPFree, 3 * kWarpgroupThreads);
   }
-  named_barrier_sync(Bar::kStats, 3 * kWarpgroupThreads);
+  named_barrier_sync_unaligned(Bar::kStats, 3 * kWarpgroupThreads);
   const md::Tile t = md::locate<P>(a.base, cta_item(a.base));
 
   // Epilogue: out[row][dim] = Oᵀ[dim][row] · (s_run / 256) / l[row]; dims 2g and 2g+1 of a
