@@ -9,7 +9,20 @@
 #include <span>
 #include <vector>
 
+#include "harness/mla_reference.hpp"
+
 namespace attnjit::harness {
+
+// The error model of each kernel, as limits against the float64 reference:
+// - widening (fp8_mma 0): mla_decode's limits. The scores are f32 sums of exact products
+//   scaled in f32 (~1e-6 of |score|), so the lse limit has a relative term: 1e-3 + 4e-6·m,
+//   m = the largest finite |lse| (~1e3 at magnitude 30).
+// - fp8 wgmma (fp8_mma 1): P′ is e4m3, each weight rounded by up to 2^-4 relative; a row
+//   dominated by one key carries that onto its largest |v|, about 4 × the row's rms over 512
+//   values (row limit 2^-4·4 = 0.25), and uniform rounding gives an rms of 2^-4/√3 ≈ 0.036
+//   (rel_l2 4e-2). Q·Kᵀ's 17 k-steps each round to the fp8 accumulator's ~13 mantissa bits
+//   before their f32 sum: √17·2^-13 ≈ 5e-4 of |score| (lse 1e-3 + 5e-4·m).
+MlaCompareLimits mla_fp8_limits(const MlaReference& ref, bool fp8_mma);
 
 // Rows of 640 bytes (512 e4m3, 64 bf16) or 576 (all e4m3, the per-tensor form) → rows ×
 // 576 floats, row r scaled by sigma[r / rows_per_sigma] (q per token: h; per token and

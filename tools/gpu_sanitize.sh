@@ -25,6 +25,10 @@ tests=(
   "mha_fwd checked mode names the first bad offset, length or table entry"
   "mla_decode unchecked: hostile lengths, table entries and offsets stay in bounds"
   "mha_fwd unchecked: hostile lengths, table entries and offsets stay in bounds"
+  "mla_decode_fp8's three-tensor form equals the 640-byte form bit for bit"
+  "mla_decode_fp8 replays from a CUDA graph with new lengths and values"
+  "mla_fp8_quantize matches its host reference bit for bit (every grouping and form)"
+  "mla_decode_fp8's fp8 wgmma kernel matches float64"
 )
 status=0
 : >"$out/sanitize.txt"
