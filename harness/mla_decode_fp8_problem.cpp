@@ -43,7 +43,11 @@ struct Fp8Case {
 Fp8Case read_case(const json& s) {
   if (!s.is_object()) fail_arg("mla_decode_fp8 shape", "must be a JSON object");
   Fp8Case c;
-  for (const auto& [key, v] : s.items()) {
+  for (const auto& item : s.items()) {
+    // Named references, not a structured binding: clang 14 (the fuzz build) cannot capture
+    // one in a lambda.
+    const std::string& key = item.key();
+    const json& v = item.value();
     auto int_in = [&](int lo, int hi) {
       if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
         fail_arg(fmt::format("mla_decode_fp8 shape key '{}'", key),
