@@ -405,6 +405,25 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const md::T
 
 // ---- entry ------------------------------------------------------------------------------
 
+// Both schedules' CTA setup: the launch gave the shared memory the plan sized (a trap, not
+// a silent overrun, if not), the maps are prefetched, and Storage's mbarriers (q_full,
+// kv_full[kStages]) are initialized before any thread uses them.
+template <unsigned kSmemBytes, int kStages, class Storage>
+ATTNJIT_DEVICE void init_cta(Storage& s, const TmaDesc& q_map, const TmaDesc& kv_map, const TmaDesc& rope_map) {
+  if (threadIdx.x == 0) {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < kSmemBytes) __trap();
+    prefetch_tma_desc(q_map);
+    prefetch_tma_desc(kv_map);
+    prefetch_tma_desc(rope_map);
+    mbarrier_init(&s.q_full, 1);
+    for (int i = 0; i < kStages; ++i) mbarrier_init(&s.kv_full[i], 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+}
+
 template <auto P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     kernel(const __grid_constant__ TmaDesc q_map,     // u8 [total_q·h, 640], box [64, 128 B]
@@ -418,18 +437,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   auto& s = *reinterpret_cast<SharedStorage<P>*>(
       (reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
   const int wg = warpgroup_id_uniform();
-  if (threadIdx.x == 0) {
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < kDynamicSmemBytes<P>) __trap();
-    prefetch_tma_desc(q_map);
-    prefetch_tma_desc(kv_map);
-    prefetch_tma_desc(rope_map);
-    mbarrier_init(&s.q_full, 1);
-    for (int i = 0; i < P.stages; ++i) mbarrier_init(&s.kv_full[i], 1);
-    fence_mbarrier_init();
-  }
-  __syncthreads();
+  init_cta<kDynamicSmemBytes<P>, P.stages>(s, q_map, kv_map, rope_map);
   const md::Tile t = md::locate<P>(args.base, item);
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {
     load_q<P>(s, q_map, t);

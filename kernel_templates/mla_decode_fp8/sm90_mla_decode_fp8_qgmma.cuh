@@ -369,18 +369,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
   const int wg = warpgroup_id_uniform();
-  if (threadIdx.x == 0) {
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < kDynamicSmemBytes<P>) __trap();
-    prefetch_tma_desc(q_map);
-    prefetch_tma_desc(kv_map);
-    prefetch_tma_desc(rope_map);
-    mbarrier_init(&s.q_full, 1);
-    for (int i = 0; i < P.stages; ++i) mbarrier_init(&s.kv_full[i], 1);
-    fence_mbarrier_init();
-  }
-  __syncthreads();
+  init_cta<kDynamicSmemBytes<P>, P.stages>(s, q_map, kv_map, rope_map);
   const md::Tile t = md::locate<P>(args.base, item);
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {
     load_q<P>(s, q_map, t);
