@@ -89,17 +89,7 @@ void check_cache(const MlaDecodeArgs& a, const MlaDecodeConfig& c, mla_detail::S
     fail_arg("kv_cache", fmt::format("must hold 1..2^31 rows (num_pages × page_size), got {}",
                                      kv.describe()));
 
-  const TensorView& bt = a.block_table;
-  if (bt.rank != 2 || bt.shape[0] != s.b)
-    fail_arg("block_table", fmt::format("must be rank 2 [b = {}, max_pages], got {}", s.b,
-                                        bt.describe()));
-  ops::check_tensor(bt, "block_table", DType::kI32, 4);
-  s.max_pages = bt.shape[1];
-  if (s.max_pages < 1 || s.max_pages * s.page_size > INT32_MAX)
-    fail_arg("block_table", fmt::format("needs 1.. pages per sequence, got {}", bt.describe()));
-
-  ops::check_dims(a.cache_lens, "cache_lens", {s.b}, "rank 1 [b] i32");
-  ops::check_tensor(a.cache_lens, "cache_lens", DType::kI32, 4);
+  mla_detail::check_table(a.block_table, a.cache_lens, s);
 }
 
 void check_outputs(const MlaDecodeArgs& a, const mla_detail::Sizes& s) {
@@ -153,6 +143,18 @@ MlaDecodeShape mla_decode_shape(const MlaDecodeArgs& a) {
 }
 
 namespace mla_detail {
+
+void check_table(const TensorView& bt, const TensorView& cache_lens, Sizes& s) {
+  if (bt.rank != 2 || bt.shape[0] != s.b)
+    fail_arg("block_table", fmt::format("must be rank 2 [b = {}, max_pages], got {}", s.b,
+                                        bt.describe()));
+  ops::check_tensor(bt, "block_table", DType::kI32, 4);
+  s.max_pages = bt.shape[1];
+  if (s.max_pages < 1 || s.max_pages * s.page_size > INT32_MAX)
+    fail_arg("block_table", fmt::format("needs 1.. pages per sequence, got {}", bt.describe()));
+  ops::check_dims(cache_lens, "cache_lens", {s.b}, "rank 1 [b] i32");
+  ops::check_tensor(cache_lens, "cache_lens", DType::kI32, 4);
+}
 
 Sizes check_args(const MlaDecodeArgs& a, const MlaDecodeConfig& c) {
   Sizes s;

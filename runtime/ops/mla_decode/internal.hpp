@@ -47,6 +47,10 @@ void check_shape(const MlaDecodeShape& s, const MlaDecodeConfig& c);
 // A call of sizes `s` is one `plan` was made for; errors name the argument.
 void check_matches_plan(const Sizes& s, const MlaDecodePlan& plan);
 
+// The block table [b, max_pages] and cache_lens [b] (both i32) against s.b and s.page_size;
+// sets s.max_pages. Shared with mla_decode_fp8, whose table and lengths follow the same rules.
+void check_table(const TensorView& block_table, const TensorView& cache_lens, Sizes& s);
+
 // Checked mode (ATTNJIT_CHECK=1): runs the validation kernel, synchronizes, and names the
 // first bad device-resident value. Never on the hot path.
 void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, const Sizes& s, Arch arch,

@@ -131,16 +131,7 @@ void check_cache(const MlaDecodeFp8Args& a, const MlaDecodeFp8Config& c, mla_fp8
                     "rank 2 [pages, page_size] f32: one σ per cache row");
   ops::check_tensor(a.kv_scale, "kv_scale", DType::kF32, 4);
 
-  const TensorView& bt = a.block_table;
-  if (bt.rank != 2 || bt.shape[0] != s.b)
-    fail_arg("block_table", fmt::format("must be rank 2 [b = {}, max_pages], got {}", s.b,
-                                        bt.describe()));
-  ops::check_tensor(bt, "block_table", DType::kI32, 4);
-  s.max_pages = bt.shape[1];
-  if (s.max_pages < 1 || s.max_pages * s.page_size > INT32_MAX)
-    fail_arg("block_table", fmt::format("needs 1.. pages per sequence, got {}", bt.describe()));
-  ops::check_dims(a.cache_lens, "cache_lens", {s.b}, "rank 1 [b] i32");
-  ops::check_tensor(a.cache_lens, "cache_lens", DType::kI32, 4);
+  mla_detail::check_table(a.block_table, a.cache_lens, s);
 }
 
 void check_outputs(const MlaDecodeFp8Args& a, const mla_detail::Sizes& s) {
