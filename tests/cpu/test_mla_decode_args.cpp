@@ -386,3 +386,20 @@ TEST_CASE("mla_decode workspace query", "[mla_decode][args]") {
   s.num_heads *= 2;
   CHECK(mla_decode_workspace_bytes(s, 8) >= w8);
 }
+
+TEST_CASE("mla_decode's batch-invariant workspace counts the config's key tiles",
+          "[mla_decode][args]") {
+  // A fixed piece of C tiles cuts a capacity of K keys into ⌈K / (C · block_n)⌉ pieces per
+  // sequence, each with its partial slot: 32-key tiles give twice the pieces of 64-key ones.
+  // (Before the block_n argument the bound counted 64-key tiles for both, so a block_n 32
+  // plan's schedule overflowed its workspace and dropped pieces.)
+  MlaDecodeShape s = mla_decode_shape(valid_args());
+  s.batch = 4;
+  s.page_size = 64;
+  s.max_pages = 64;  // 4096 keys: 16 pieces of 4 × 64 keys, 32 of 4 × 32
+  const size_t n64 = mla_decode_balanced_workspace_bytes(s, 1, 4, 64);
+  const size_t n32 = mla_decode_balanced_workspace_bytes(s, 1, 4, 32);
+  CHECK(n64 == mla_decode_balanced_workspace_bytes(s, 1, 4));  // 64 is the default
+  const size_t slot = size_t{QL} * s.num_heads * (512 + 1) * 4;  // a partial and its lse
+  CHECK(n32 >= n64 + size_t{s.batch} * 16 * slot);              // 16 more pieces per sequence
+}
