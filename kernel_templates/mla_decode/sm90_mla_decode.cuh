@@ -169,6 +169,38 @@ struct RowState {
   float l[2];  // running sum of exp2 (this thread's columns; reduced at the end)
 };
 
+// One tile's update of a row's running max (the softmax warpgroup of softmax_wg and of
+// mla_decode_fp8's kernels): the 4 lanes sharing a row reduce the tile's max with two
+// shuffles; scale[r] rescales the row's earlier terms (l here, O in the PV warpgroups).
+// While a row has seen no key, m stays -inf: scale 1 and p 0 (no inf - inf).
+ATTNJIT_DEVICE void update_row_max(RowState& rs, float (&tile_max)[2], float (&scale)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float m_new = fmaxf(rs.m[r], tile_max[r]);
+    scale[r] = m_new == neg_inf() ? 1.0f : exp2f(rs.m[r] - m_new);
+    rs.m[r] = m_new;
+    rs.l[r] *= scale[r];
+  }
+}
+
+// The final row statistics for the PV warpgroups' epilogue: each row's l summed over its 4
+// lanes, then one lane per row stores m and l (row_max, row_sum: [64] in shared memory).
+ATTNJIT_DEVICE void store_row_stats(RowState& rs, float* row_max, float* row_sum, int tid) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 1);
+    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 2);
+  }
+  if (tid % 4 == 0) {
+    row_max[wgmma_acc_coord(tid, 0).row] = rs.m[0];
+    row_sum[wgmma_acc_coord(tid, 0).row] = rs.l[0];
+    row_max[wgmma_acc_coord(tid, 2).row] = rs.m[1];
+    row_sum[wgmma_acc_coord(tid, 2).row] = rs.l[1];
+  }
+}
+
 // Writes one warpgroup's O[64 × 256] (output columns [half·256, half·256 + 256)) for its
 // two rows per thread, normalized by the row sums `l`; m is the final row max (log2
 // units). Unsplit: out (q's dtype) and lse; split: the f32 partial and its lse. A row with
@@ -267,16 +299,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
       tile_max[r] = fmaxf(tile_max[r], x);
     }
     float scale[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float m_new = fmaxf(rs.m[r], tile_max[r]);
-      // While a row has seen no key, m stays -inf: keep scale 1 and p 0 (no inf - inf).
-      scale[r] = m_new == neg_inf() ? 1.0f : exp2f(rs.m[r] - m_new);
-      rs.m[r] = m_new;
-      rs.l[r] *= scale[r];
-    }
+    update_row_max(rs, tile_max, scale);
 #pragma unroll
     for (int i2 = 0; i2 < P.block_n / 2; ++i2) {
       const int r = (i2 / 2) % 2;
@@ -307,17 +330,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
   }
 
   // Final row statistics for the PV warpgroups' epilogue.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 1);
-    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 2);
-  }
-  if (tid % 4 == 0) {
-    s.row_max[wgmma_acc_coord(tid, 0).row] = rs.m[0];
-    s.row_sum[wgmma_acc_coord(tid, 0).row] = rs.l[0];
-    s.row_max[wgmma_acc_coord(tid, 2).row] = rs.m[1];
-    s.row_sum[wgmma_acc_coord(tid, 2).row] = rs.l[1];
-  }
+  store_row_stats(rs, s.row_max, s.row_sum, tid);
   named_barrier_arrive(Bar::kStats, T::kConsumerThreads);  // nothing left to wait for here
 }
 

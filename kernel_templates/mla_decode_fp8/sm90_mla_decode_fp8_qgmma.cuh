@@ -201,16 +201,9 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     s_run = sigma_max;
     const float p_mul = s_run > 0.0f ? 256.0f / s_run : 0.0f;
     float scale[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float m_new = fmaxf(rs.m[r], tile_max[r]);
-      scale[r] = m_new == neg_inf() ? 1.0f : exp2f(rs.m[r] - m_new);
-      rs.m[r] = m_new;
-      rs.l[r] *= scale[r];
-      scale[r] *= s_growth;  // O's units follow s_run; l's do not
-    }
+    md::update_row_max(rs, tile_max, scale);
+    scale[0] *= s_growth;  // O's units follow s_run; l's do not
+    scale[1] *= s_growth;
 #pragma unroll
     for (int i2 = 0; i2 < P.block_n / 2; ++i2) {
       const int r = (i2 / 2) % 2;
@@ -242,17 +235,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
     fence_proxy_async_smem();
     named_barrier_arrive(Bar::kPReady, 3 * kWarpgroupThreads);
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 1);
-    rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 2);
-  }
-  if (tid % 4 == 0) {
-    s.row_max[wgmma_acc_coord(tid, 0).row] = rs.m[0];
-    s.row_sum[wgmma_acc_coord(tid, 0).row] = rs.l[0];
-    s.row_max[wgmma_acc_coord(tid, 2).row] = rs.m[1];
-    s.row_sum[wgmma_acc_coord(tid, 2).row] = rs.l[1];
-  }
+  md::store_row_stats(rs, s.row_max, s.row_sum, tid);
   if (tid == 0) s.s_run[0] = s_run;
   named_barrier_arrive(Bar::kStats, 3 * kWarpgroupThreads);
 }
