@@ -124,13 +124,15 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const md::
 
 // fp8 tile `tile` of sequence `batch` into ring stage i % stages: 4 content boxes from the
 // kv map, the rope box from the rope map (the same map at column 512 for 640-byte rows).
-template <auto P>
-ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const TmaDesc& rope_map,
+// Both schedules' Storage: ring[stages][kRowBoxes · block_n · 128 B] and kv_full[stages].
+template <auto P, class Storage>
+ATTNJIT_DEVICE void load_kv(Storage& s, const TmaDesc& kv_map, const TmaDesc& rope_map,
                             const Args& a, int batch, int tile, int i) {
-  using T = Traits<P>;
+  constexpr u32 kStageBytes = kRowBoxes * P.block_n * kBoxBytes;
+  static_assert(sizeof(s.ring[0]) == kStageBytes, "a ring stage is the 5 boxes of one tile");
   const int st = i % P.stages;
   const int* table = a.base.block_table + static_cast<i64>(batch) * a.base.max_pages;
-  mbarrier_arrive_expect_tx(&s.kv_full[st], T::kRingBytes);
+  mbarrier_arrive_expect_tx(&s.kv_full[st], kStageBytes);
   const int token = tile * P.block_n;
   const int slot = token / P.page_size;
   // A slot past the table loads a fully out-of-bounds box: zeros, bytes still counted.

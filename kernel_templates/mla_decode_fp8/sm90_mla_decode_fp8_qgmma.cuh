@@ -82,23 +82,6 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const md::
   tma_load_2d(q_map, &s.q_full, s.q_rope, kContentBytes, q_row);
 }
 
-template <auto P>
-ATTNJIT_DEVICE void load_kv(SharedStorage<P>& s, const TmaDesc& kv_map, const TmaDesc& rope_map,
-                            const Args& a, int batch, int tile, int i) {
-  using T = Traits<P>;
-  const int st = i % P.stages;
-  const int* table = a.base.block_table + static_cast<i64>(batch) * a.base.max_pages;
-  mbarrier_arrive_expect_tx(&s.kv_full[st], T::kRingBytes);
-  const int token = tile * P.block_n;
-  const int slot = token / P.page_size;
-  const int page = slot < a.base.max_pages ? table[slot] : -1;
-  const int row = page * P.page_size + token % P.page_size;
-  for (int c = 0; c < kContentBoxes; ++c)
-    tma_load_2d(kv_map, &s.kv_full[st], s.ring[st] + c * T::kKChunkBytes, c * kBoxBytes, row,
-                CacheHint::kEvictFirst);
-  tma_load_2d(rope_map, &s.kv_full[st], s.ring[st] + kContentBoxes * T::kKChunkBytes, a.rope_col, row,
-              CacheHint::kEvictFirst);
-}
 
 // Zeroes the content bytes of key rows [first, 32) of a ring stage (whole 128-byte lines:
 // the swizzle permutes 16-byte units within a line).
