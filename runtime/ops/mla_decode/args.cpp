@@ -92,21 +92,6 @@ void check_cache(const MlaDecodeArgs& a, const MlaDecodeConfig& c, mla_detail::S
   mla_detail::check_table(a.block_table, a.cache_lens, s);
 }
 
-void check_outputs(const MlaDecodeArgs& a, const mla_detail::Sizes& s) {
-  if (s.ragged)
-    ops::check_dims(a.out, "out", {s.total_q, s.h, kMlaValueDim}, "rank 3 [total_q, h, 512] like q");
-  else
-    ops::check_dims(a.out, "out", {s.b, s.q_len, s.h, kMlaValueDim},
-                    "rank 4 [b, q_len, h, 512] like q");
-  ops::check_tensor(a.out, "out", a.q.dtype, 16);
-  if (a.lse.data != nullptr) {
-    if (s.ragged)
-      ops::check_dims(a.lse, "lse", {s.h, s.total_q}, "rank 2 [h, total_q] f32 (ragged)");
-    else
-      ops::check_dims(a.lse, "lse", {s.b, s.h, s.q_len}, "rank 3 [b, h, q_len] f32");
-    ops::check_tensor(a.lse, "lse", DType::kF32, 4);
-  }
-}
 
 }  // namespace
 
@@ -144,6 +129,24 @@ MlaDecodeShape mla_decode_shape(const MlaDecodeArgs& a) {
 
 namespace mla_detail {
 
+void check_outputs(const TensorView& out, const TensorView& lse, DType out_dtype,
+                   const char* out_type, const Sizes& s) {
+  if (s.ragged)
+    ops::check_dims(out, "out", {s.total_q, s.h, kMlaValueDim},
+                    fmt::format("rank 3 [total_q, h, 512] {}", out_type).c_str());
+  else
+    ops::check_dims(out, "out", {s.b, s.q_len, s.h, kMlaValueDim},
+                    fmt::format("rank 4 [b, q_len, h, 512] {}", out_type).c_str());
+  ops::check_tensor(out, "out", out_dtype, 16);
+  if (lse.data != nullptr) {
+    if (s.ragged)
+      ops::check_dims(lse, "lse", {s.h, s.total_q}, "rank 2 [h, total_q] f32 (ragged)");
+    else
+      ops::check_dims(lse, "lse", {s.b, s.h, s.q_len}, "rank 3 [b, h, q_len] f32");
+    ops::check_tensor(lse, "lse", DType::kF32, 4);
+  }
+}
+
 void check_table(const TensorView& bt, const TensorView& cache_lens, Sizes& s) {
   if (bt.rank != 2 || bt.shape[0] != s.b)
     fail_arg("block_table", fmt::format("must be rank 2 [b = {}, max_pages], got {}", s.b,
@@ -160,7 +163,7 @@ Sizes check_args(const MlaDecodeArgs& a, const MlaDecodeConfig& c) {
   Sizes s;
   check_q(a, c, s);
   check_cache(a, c, s);
-  check_outputs(a, s);
+  mla_detail::check_outputs(a.out, a.lse, a.q.dtype, "like q", s);
   // The kernels run on q's device, where another device's pointer faults.
   for (auto [t, name] : {std::pair{&a.kv_cache, "kv_cache"}, {&a.block_table, "block_table"},
                          {&a.cache_lens, "cache_lens"}, {&a.out, "out"}, {&a.lse, "lse"}})

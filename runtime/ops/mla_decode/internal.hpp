@@ -51,6 +51,11 @@ void check_matches_plan(const Sizes& s, const MlaDecodePlan& plan);
 // sets s.max_pages. Shared with mla_decode_fp8, whose table and lengths follow the same rules.
 void check_table(const TensorView& block_table, const TensorView& cache_lens, Sizes& s);
 
+// out [b, q_len, h, 512] (ragged [total_q, h, 512]) of out_dtype (out_type names it in the
+// message) and the optional lse [b, h, q_len] (ragged [h, total_q]) f32. Both MLA ops.
+void check_outputs(const TensorView& out, const TensorView& lse, DType out_dtype,
+                   const char* out_type, const Sizes& s);
+
 // Checked mode (ATTNJIT_CHECK=1): runs the validation kernel, synchronizes, and names the
 // first bad device-resident value. Never on the hot path.
 void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, const Sizes& s, Arch arch,

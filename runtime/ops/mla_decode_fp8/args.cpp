@@ -134,20 +134,6 @@ void check_cache(const MlaDecodeFp8Args& a, const MlaDecodeFp8Config& c, mla_fp8
   mla_detail::check_table(a.block_table, a.cache_lens, s);
 }
 
-void check_outputs(const MlaDecodeFp8Args& a, const mla_detail::Sizes& s) {
-  if (s.ragged)
-    ops::check_dims(a.out, "out", {s.total_q, s.h, kMlaValueDim}, "rank 3 [total_q, h, 512] bf16");
-  else
-    ops::check_dims(a.out, "out", {s.b, s.q_len, s.h, kMlaValueDim}, "rank 4 [b, q_len, h, 512] bf16");
-  ops::check_tensor(a.out, "out", DType::kBF16, 16);
-  if (a.lse.data != nullptr) {
-    if (s.ragged)
-      ops::check_dims(a.lse, "lse", {s.h, s.total_q}, "rank 2 [h, total_q] f32 (ragged)");
-    else
-      ops::check_dims(a.lse, "lse", {s.b, s.h, s.q_len}, "rank 3 [b, h, q_len] f32");
-    ops::check_tensor(a.lse, "lse", DType::kF32, 4);
-  }
-}
 
 }  // namespace
 
@@ -188,7 +174,7 @@ Fp8Sizes check_args(const MlaDecodeFp8Args& a, const MlaDecodeFp8Config& c) {
   Fp8Sizes f;
   check_q(a, c, f);
   check_cache(a, c, f);
-  check_outputs(a, f.s);
+  mla_detail::check_outputs(a.out, a.lse, DType::kBF16, "bf16", f.s);
   for (const TensorView* t : {&a.q_offsets, &a.q_scale, &a.kv_cache, &a.kv_rope, &a.kv_scale,
                               &a.block_table, &a.cache_lens, &a.out, &a.lse})
     if (t->data != nullptr && t->device != a.q.device)
