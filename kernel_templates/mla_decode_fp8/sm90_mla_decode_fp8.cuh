@@ -195,6 +195,20 @@ ATTNJIT_DEVICE void widen(const u8* staged, u8* tile, int valid, bool rope_e4m3)
   }
 }
 
+// c_row = σ_Q · scale · log2(e) for this thread's two accumulator rows (0 for padding rows):
+// σ_Q per token, per token and head, or one for all (q_scale_mode).
+template <auto P>
+ATTNJIT_DEVICE void row_q_factors(const Args& a, const md::Tile& t, int tid, float (&c_row)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int gr = t.row0 + wgmma_acc_coord(tid, 2 * r).row;
+    const int token = t.seq.start + gr / P.num_heads;
+    const i64 idx = a.q_scale_mode == kQScalePerHead ? static_cast<i64>(token) * P.num_heads + gr % P.num_heads
+                    : a.q_scale_mode == kQScalePerTensor ? 0 : token;
+    c_row[r] = gr < t.seq.q_len * P.num_heads ? a.q_scale[idx] * a.base.scale_log2 : 0.0f;
+  }
+}
+
 // σ_KV of key tid of a tile, for threads tid < block_n (0 past the length, or for a table
 // entry that is not a page: by selection, so a NaN or Inf there never enters). Fetched a
 // tile ahead into a register and stored to shared memory after the tile's TMA wait: its two
@@ -264,16 +278,8 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
   md::RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
   int limit[2];
   md::row_limits<P>(t, limit);
-  // c_row = σ_Q · scale · log2(e) for this thread's two rows (0 for padding rows).
   float c_row[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int gr = t.row0 + wgmma_acc_coord(tid, 2 * r).row;
-    const int token = t.seq.start + gr / P.num_heads;
-    const i64 idx = a.q_scale_mode == kQScalePerHead ? static_cast<i64>(token) * P.num_heads + gr % P.num_heads
-                    : a.q_scale_mode == kQScalePerTensor ? 0 : token;
-    c_row[r] = gr < t.seq.q_len * P.num_heads ? a.q_scale[idx] * a.base.scale_log2 : 0.0f;
-  }
+  row_q_factors<P>(a, t, tid, c_row);
   if (t.tile_begin < t.tile_end) {  // no tile: no Q was loaded; the stats below are empty
     mbarrier_wait(&s.q_full, 0);
     widen<P.block_m>(&s.kv[0][0], s.q, P.block_m, a.rope_e4m3);

@@ -106,15 +106,8 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const TmaDesc& kv_map
   md::RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
   int limit[2];
   md::row_limits<P>(t, limit);
-  float c_row[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int gr = t.row0 + wgmma_acc_coord(tid, 2 * r).row;
-    const int token = t.seq.start + gr / P.num_heads;
-    const i64 idx = a.q_scale_mode == kQScalePerHead ? static_cast<i64>(token) * P.num_heads + gr % P.num_heads
-                    : a.q_scale_mode == kQScalePerTensor ? 0 : token;
-    c_row[r] = gr < t.seq.q_len * P.num_heads ? a.q_scale[idx] * a.base.scale_log2 : 0.0f;
-  }
+  float c_row[2];  // σ_Q · scale · log2(e) per row
+  row_q_factors<P>(a, t, tid, c_row);
   float s_run = 0.0f;  // running max of σ_KV (uniform over the CTA)
   if (t.tile_begin < t.tile_end) mbarrier_wait(&s.q_full, 0);
   const u32 q8_addr = smem_u32(s.q8), qr_addr = smem_u32(s.q_rope);
