@@ -83,18 +83,11 @@ class Fp8Problem final : public Problem {
       std::uniform_int_distribution<int> d(std::max(c.s_k / 4, c.q_len), c.s_k);
       for (auto& l : lens_) l = d(gen);
     }
-    max_pages_ = (c.s_k + c.page - 1) / c.page;
-    for (int l : lens_) num_pages_ += (l + c.page - 1) / c.page;
-    std::vector<int32_t> pool(static_cast<size_t>(num_pages_));
-    for (int i = 0; i < num_pages_; ++i) pool[static_cast<size_t>(i)] = i;
-    std::shuffle(pool.begin(), pool.end(), gen);
-    table_.assign(static_cast<size_t>(c.b) * max_pages_, 0);
-    size_t next = 0;
-    for (int b = 0; b < c.b; ++b)
-      for (int p = 0; p * c.page < lens_[static_cast<size_t>(b)]; ++p)
-        table_[static_cast<size_t>(b) * max_pages_ + p] = pool[next++];
-    ref_table_ = table_;
-    for (auto& e : ref_table_) e %= kChunkRows / c.page;
+    const MlaPageTable pt = mla_random_page_table(lens_, c.s_k, c.page, kChunkRows / c.page, gen);
+    max_pages_ = pt.max_pages;
+    num_pages_ = pt.num_pages;
+    table_ = pt.table;
+    ref_table_ = pt.ref_table;
 
     // bf16 draws, quantized on the GPU: q per token, one period of cache rows per row.
     std::normal_distribution<float> normal(0.0f, 1.0f);

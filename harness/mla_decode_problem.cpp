@@ -154,19 +154,11 @@ MlaDecodeProblem::MlaDecodeProblem(const MlaDecodeCase& c, uint64_t seed, size_t
     for (size_t i = 0; i < lens_.size(); ++i)
       lens_[i] = static_cast<int>(total / c.b + (static_cast<int64_t>(i) < total % c.b ? 1 : 0));
   }
-  max_pages_ = (c.s_k + c.page - 1) / c.page;
-  for (int l : lens_) num_pages_ += (l + c.page - 1) / c.page;
-  std::vector<int32_t> pool(static_cast<size_t>(num_pages_));
-  for (int i = 0; i < num_pages_; ++i) pool[static_cast<size_t>(i)] = i;
-  std::shuffle(pool.begin(), pool.end(), gen);
-  table_.assign(static_cast<size_t>(c.b) * max_pages_, 0);
-  size_t next = 0;
-  for (int b = 0; b < c.b; ++b)
-    for (int p = 0; p * c.page < lens_[static_cast<size_t>(b)]; ++p)
-      table_[static_cast<size_t>(b) * max_pages_ + p] = pool[next++];
-  // The reference reads page p as chunk page p % chunk_pages.
-  ref_table_ = table_;
-  for (auto& e : ref_table_) e %= kChunkRows / c.page;
+  const MlaPageTable pt = mla_random_page_table(lens_, c.s_k, c.page, kChunkRows / c.page, gen);
+  max_pages_ = pt.max_pages;
+  num_pages_ = pt.num_pages;
+  table_ = pt.table;
+  ref_table_ = pt.ref_table;
 
   const size_t q_elems = static_cast<size_t>(c.b) * c.q_len * c.h * kMlaQkDim;
   const std::vector<uint16_t> q_bits = draw(q_elems, c.dtype, gen, q_vals_);

@@ -135,6 +135,23 @@ int mla_visible_keys(int cache_len, int q_len, int t) {
   return std::clamp(n, 0, std::max(cache_len, 0));
 }
 
+MlaPageTable mla_random_page_table(std::span<const int32_t> lens, int max_len, int page,
+                                   int period_pages, std::mt19937_64& gen) {
+  MlaPageTable t;
+  t.max_pages = (max_len + page - 1) / page;
+  for (int l : lens) t.num_pages += (l + page - 1) / page;
+  std::vector<int32_t> pool(static_cast<size_t>(t.num_pages));
+  for (int i = 0; i < t.num_pages; ++i) pool[static_cast<size_t>(i)] = i;
+  std::shuffle(pool.begin(), pool.end(), gen);
+  t.table.assign(lens.size() * static_cast<size_t>(t.max_pages), 0);
+  size_t next = 0;
+  for (size_t b = 0; b < lens.size(); ++b)
+    for (int p = 0; p * page < lens[b]; ++p) t.table[b * t.max_pages + p] = pool[next++];
+  t.ref_table = t.table;
+  for (auto& e : t.ref_table) e %= period_pages;
+  return t;
+}
+
 std::vector<MlaRow> mla_all_rows(const MlaProblem& p) {
   std::vector<MlaRow> rows;
   rows.reserve(static_cast<size_t>(p.batch) * p.q_len * p.num_heads);

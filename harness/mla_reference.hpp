@@ -48,6 +48,17 @@ struct MlaRow {
 int mla_visible_keys(int cache_len, int q_len, int t);
 
 // Every (b, t, h) row, in output order.
+// A bench problem's block table: the batch's pages in random order, each sequence taking the
+// next ⌈len / page⌉ of them (rows of ⌈max_len / page⌉ entries, 0 past a sequence's pages);
+// ref_table folds every page into the first period_pages (the problems store one period of
+// cache rows and read page p as page p % period_pages).
+struct MlaPageTable {
+  int max_pages = 0, num_pages = 0;
+  std::vector<int32_t> table, ref_table;
+};
+MlaPageTable mla_random_page_table(std::span<const int32_t> lens, int max_len, int page,
+                                   int period_pages, std::mt19937_64& gen);
+
 std::vector<MlaRow> mla_all_rows(const MlaProblem& p);
 
 // `count` random rows plus every edge row: for each sequence the first and last query
