@@ -57,7 +57,10 @@ ATTNJIT_DEVICE void combine_row(const CombineArgs& a, int batch, const Seq& seq,
     acc[3] += w * v.w;
   }
   __syncthreads();  // `weight` and `warp_max` are free for the next row
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  // The sink joins the denominator only (exp(sink − m) in the partials' units; +inf: 0 out).
+  const float sink = a.sink != nullptr ? a.sink[row % P.num_heads] : neg_inf();
+  const float denom = sum + (sum > 0.0f && sink != neg_inf() ? __expf(sink - m) : 0.0f);
+  const float inv = sum > 0.0f ? 1.0f / denom : 0.0f;
   u32* out = reinterpret_cast<u32*>(static_cast<u8*>(a.out) +
                                     ((static_cast<i64>(seq.start) * P.num_heads + row) * kValueDim +
                                      4 * threadIdx.x) * dtype_bytes(P.dtype));

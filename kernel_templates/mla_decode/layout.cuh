@@ -98,6 +98,9 @@ struct CombineArgs {
   int pad;
   const SplitSeq* split_seqs;  // balanced: the cut sequences; null: static
   const WorkCounts* counts;
+  const float* sink;           // [h] f32 attention sink (mla_decode_sparse), or null: none.
+                               // Denominator only: out ·= Σ / (Σ + exp(sink − max)); lse
+                               // is written without it
 };
 
 // mla_decode_balance (the schedule kernel): one CTA of kBalanceThreads threads.
@@ -180,9 +183,10 @@ static_assert(sizeof(QRows) == 16 && sizeof(Args) == 104 && ATTNJIT_OFFSET_IS(Ar
                   ATTNJIT_OFFSET_IS(Args, scale_log2, 72) && ATTNJIT_OFFSET_IS(Args, items, 80) &&
                   ATTNJIT_OFFSET_IS(Args, counts, 88) && ATTNJIT_OFFSET_IS(Args, cta_first, 96),
               "mla_decode::Args layout");
-static_assert(sizeof(CombineArgs) == 72 && ATTNJIT_OFFSET_IS(CombineArgs, num_splits, 48) &&
+static_assert(sizeof(CombineArgs) == 80 && ATTNJIT_OFFSET_IS(CombineArgs, num_splits, 48) &&
                   ATTNJIT_OFFSET_IS(CombineArgs, split_seqs, 56) &&
-                  ATTNJIT_OFFSET_IS(CombineArgs, counts, 64),
+                  ATTNJIT_OFFSET_IS(CombineArgs, counts, 64) &&
+                  ATTNJIT_OFFSET_IS(CombineArgs, sink, 72),
               "mla_decode::CombineArgs layout");
 static_assert(sizeof(BalanceArgs) == 88 && ATTNJIT_OFFSET_IS(BalanceArgs, batch, 48) &&
                   ATTNJIT_OFFSET_IS(BalanceArgs, fixed_cap, 60) &&

@@ -98,7 +98,9 @@ SplitRun split_run(const MlaDecodeShape& shape, bool balanced, int splits, int s
                    int invariant_tiles, int block_n, const Sizes& s, Workspace workspace);
 
 // The combine kernel after a main kernel that wrote partials (programmatic dependent launch).
+// sink: [h] f32 attention sink applied while merging (mla_decode_sparse), or null.
 void launch_combine(const jit::Kernel& combine, const SplitRun& r, void* out, float* lse,
-                    const layout::mla_decode::QRows& q_rows, const Sizes& s, CUstream stream);
+                    const layout::mla_decode::QRows& q_rows, const Sizes& s, CUstream stream,
+                    const float* sink = nullptr);
 
 }  // namespace attnjit::mla_detail

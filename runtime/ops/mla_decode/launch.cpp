@@ -140,8 +140,8 @@ SplitRun split_run(const MlaDecodeShape& shape, bool balanced, int splits, int s
 }
 
 void launch_combine(const jit::Kernel& combine, const SplitRun& r, void* out, float* lse,
-                    const dev::QRows& q_rows, const Sizes& s, CUstream stream) {
-  dev::CombineArgs ca{r.part_out, r.part_lse, out, lse, q_rows, r.splits, 0, r.split_seqs, r.counts};
+                    const dev::QRows& q_rows, const Sizes& s, CUstream stream, const float* sink) {
+  dev::CombineArgs ca{r.part_out, r.part_lse, out, lse, q_rows, r.splits, 0, r.split_seqs, r.counts, sink};
   jit::LaunchShape cshape;
   if (r.balanced) {  // (cut sequence, row) pairs: at most cuts × q_len·h of them
     const int64_t sms = driver::cached_device_info(driver::current_device()).sm_count;
