@@ -1,0 +1,127 @@
+#pragma once
+// mla_decode_sparse's layout, compiled by the host (runtime/ops/mla_decode_sparse) and by
+// NVRTC: the cache row formats, the argument blocks of the main, quantize, remap and check
+// kernels, and the shared-memory plan. Written once; the static_asserts pin the byte
+// layout both sides pass through cuLaunchKernelEx.
+//
+// The partials and the combine are mla_decode's (layout::mla_decode: QRows, CombineArgs):
+// a static split over the top-k writes slot batch·splits + split, row q_idx·h + head.
+#include "common/constants.cuh"
+#include "mla_decode/layout.cuh"
+
+namespace attnjit::layout::mla_decode_sparse {
+
+using mla_decode::QRows;
+
+inline constexpr int kHeadDim = 576;   // latent 512 + rope 64
+inline constexpr int kValueDim = 512;  // V = the first 512 dims of a row
+
+// ---- the cache rows ----------------------------------------------------------------------
+// fp8 (DeepSeek V3.2's 656-byte row): [0, 512) e4m3 content; [512, 528) four f32 scales,
+// one per 128 content values (k = e4m3 · scale of its block); [528, 656) 64 bf16 rope
+// dims, stored as they are (not scaled). bf16: 576 bf16 values (1152 bytes), as mla_decode.
+inline constexpr int kFp8RowBytes = 656;
+inline constexpr int kFp8ScaleOffset = 512;
+inline constexpr int kFp8ScaleBlock = 128;                     // content values per scale
+inline constexpr int kFp8Scales = kValueDim / kFp8ScaleBlock;  // 4
+inline constexpr int kFp8RopeOffset = kFp8ScaleOffset + 4 * kFp8Scales;  // 528
+inline constexpr int kRopeDims = kHeadDim - kValueDim;                 // 64
+inline constexpr int kBf16RowBytes = 2 * kHeadDim;                     // 1152
+inline constexpr float kE4M3Max = 448.0f;  // the quantizer's scale: block amax / 448
+static_assert(kFp8RopeOffset + 2 * kRopeDims == kFp8RowBytes, "the 656-byte row");
+
+// Bytes of one cache row in layout `fp8` (1) or bf16 (0).
+ATTNJIT_PLAN int row_bytes(bool fp8) { return fp8 ? kFp8RowBytes : kBf16RowBytes; }
+
+// ---- the main kernel ---------------------------------------------------------------------
+// One of the two key sources of a query token (the main cache, or the extra always-attend
+// cache). Token g's keys are indices[g·stride + j], j < n, where n = lens[g or batch]
+// clamped to 0..topk (topk when lens is null); an index outside [0, num_rows) is skipped.
+struct Pool {
+  const void* rows;    // [num_rows, row bytes]; null: this source is absent (extra only)
+  const int* indices;  // token g's row starts at g·stride
+  const int* lens;     // null: every token reads topk
+  int num_rows;        // physical rows in the pool (pages × page_size)
+  int stride;          // elements between consecutive tokens' index rows
+  int topk;            // indices per token
+  int lens_per_token;  // 1: lens[g] (per query token); 0: lens[batch] (per sequence)
+};
+
+// The main kernel's argument block (after the q tensor map). Keys of a token are its main
+// keys, then its extra keys, in one softmax; the split cuts that list into equal runs of
+// block_n-key tiles.
+struct Args {
+  Pool main, extra;
+  const float* sink;  // [h] f32, or null (applied here when unsplit, else by the combine)
+  void* out;          // [total_q, h, 512] bf16
+  float* lse;         // mla_decode's lse layout, or null
+  float* part_out;    // [b·splits, q_len·h, 512] f32 (q_len = the bound), or null
+  float* part_lse;    // [b·splits, q_len·h]
+  QRows q;
+  int num_splits;     // grid y
+  float scale_log2;   // softmax_scale · log2(e)
+};
+
+// Dynamic shared memory of the main kernel: Q, stages × gathered bf16 KV tiles, P, the
+// tiles' row indices, row statistics, mbarriers, rounded to the 1024-byte tile alignment,
+// plus 1024 to realign the dynamic base. The kernel's SharedStorage static_asserts it.
+ATTNJIT_PLAN unsigned smem_bytes(int block_n, int stages) {
+  const int q_tile = 64 * kHeadDim * 2;        // 72 KiB
+  const int kv_tile = block_n * kHeadDim * 2;  // 72 KiB at 64 keys
+  const int p_tile = 64 * block_n * 2;
+  const int rows = stages * block_n * 4;       // each key's physical row (-1: masked)
+  const int stats = 3 * 64 * 4;                // row scale, max, sum
+  const int barriers = (1 + stages) * 8;
+  const int body = q_tile + kv_tile * stages + p_tile + rows + stats + barriers;
+  return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
+}
+
+// ---- helpers that ship with the op ------------------------------------------------------
+// mla_sparse_quantize: bf16 rows [n, 576] → 656-byte rows written at pool rows dst_rows[i]
+// (outside [0, num_rows): not written). One warp per row.
+inline constexpr int kQuantThreads = 256;
+struct QuantArgs {
+  const unsigned short* src;  // [n, 576] bf16
+  const int* dst_rows;        // [n] physical rows, or null: row i
+  unsigned char* pool;        // [num_rows, 656]
+  long long n;
+  int num_rows;
+  int pad;
+};
+
+// mla_sparse_remap: logical token positions → physical rows through a block table.
+// pos outside [0, max_pages·page_size), or a table entry outside [0, num_pages): -1.
+// Grid: min(tokens, 65535) CTAs striding over tokens.
+inline constexpr int kRemapThreads = 256;
+struct RemapArgs {
+  const int* logical;      // [tokens, topk] with row stride `stride`
+  const int* block_table;  // [b, max_pages]
+  const int* token_batch;  // [tokens] the sequence of each token, or null: token / per_batch
+  int* physical;           // [tokens, topk] contiguous
+  long long tokens;
+  int topk, stride, max_pages, page_size, num_pages, per_batch, pad;
+};
+
+// mla_decode_sparse_check (ATTNJIT_CHECK=1): grid (total_q), kCheckThreads threads.
+inline constexpr int kCheckThreads = 256;
+struct CheckArgs {
+  Pool main, extra;
+  unsigned long long* first_bad;  // (token << 32) | what; ~0 when nothing was found
+  QRows q;
+  int batch;
+  int pad;
+};
+inline constexpr unsigned kBadIndex = 0;       // main index outside the pool, not -1
+inline constexpr unsigned kBadLength = 1;      // main length > topk (or < 0)
+inline constexpr unsigned kBadExtraIndex = 2;
+inline constexpr unsigned kBadExtraLength = 3;
+inline constexpr unsigned kBadQOffsets = 4;
+
+static_assert(sizeof(Pool) == 40 && ATTNJIT_OFFSET_IS(Pool, num_rows, 24), "Pool layout");
+static_assert(sizeof(Args) == 144 && ATTNJIT_OFFSET_IS(Args, sink, 80) &&
+                  ATTNJIT_OFFSET_IS(Args, q, 120) && ATTNJIT_OFFSET_IS(Args, scale_log2, 140),
+              "mla_decode_sparse::Args layout");
+static_assert(sizeof(QuantArgs) == 40 && sizeof(RemapArgs) == 72, "helper args layout");
+static_assert(sizeof(CheckArgs) == 112 && ATTNJIT_OFFSET_IS(CheckArgs, q, 88), "CheckArgs layout");
+
+}  // namespace attnjit::layout::mla_decode_sparse

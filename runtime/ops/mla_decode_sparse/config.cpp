@@ -1,0 +1,188 @@
+// mla_decode_sparse configs as data: the field tables of the main kernel and its helpers
+// (quantizer, remap, check), validation (errors name the field), the heuristic, the
+// kernels' recipes and the registry entries.
+#include <fmt/format.h>
+
+#include <array>
+#include <nlohmann/json.hpp>
+
+#include "attnjit/error.hpp"
+#include "mla_decode_sparse/layout.cuh"
+#include "ops/field_table.hpp"
+#include "ops/launch_support.hpp"
+#include "ops/mla_decode_sparse/internal.hpp"
+#include "ops/registry.hpp"
+
+namespace attnjit {
+namespace ops {
+
+template <>
+struct EnumSpelling<MlaSparseLayout> {
+  static constexpr std::array<Spelled<MlaSparseLayout>, 2> kAll{{
+      {MlaSparseLayout::kFp8, "fp8", "attnjit::mla_decode_sparse::CacheLayout::kFp8"},
+      {MlaSparseLayout::kBF16, "bf16", "attnjit::mla_decode_sparse::CacheLayout::kBF16"},
+  }};
+};
+
+}  // namespace ops
+
+namespace {
+
+namespace dev = layout::mla_decode_sparse;
+
+const auto& table() {
+  using namespace ops::rules;
+  static const ops::ConfigTable t{
+      "mla_decode_sparse"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(MlaDecodeSparseConfig, __VA_ARGS__)
+#include "attnjit/ops/mla_decode_sparse_config.def"
+#undef ATTNJIT_FIELD
+  };
+  return t;
+}
+
+// The helpers share one row set; each is its own registry entry (name = table name).
+template <int kWhich>
+const auto& helper_table() {
+  using namespace ops::rules;
+  static constexpr const char* kNames[] = {"mla_sparse_quantize", "mla_sparse_remap",
+                                           "mla_decode_sparse_check"};
+  static const ops::ConfigTable t{
+      kNames[kWhich]
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(ops::MlaSparseHelperConfig, __VA_ARGS__)
+#include "ops/mla_decode_sparse/helper_config.def"
+#undef ATTNJIT_FIELD
+  };
+  return t;
+}
+enum Helper { kQuantize, kRemap, kCheck };
+
+jit::KernelRecipe main_recipe(const MlaDecodeSparseConfig& c, Arch arch) {
+  ops::require_sm90a(arch, "mla_decode_sparse");
+  return ops::table_recipe(table(), c,
+                           {"mla_decode_sparse", "mla_decode_sparse/sm90_mla_decode_sparse.cuh",
+                            "attnjit::mla_decode_sparse::kernel"},
+                           arch, ops::mla_sparse_smem_bytes(c));
+}
+
+template <int kWhich>
+jit::KernelRecipe helper_recipe(const ops::MlaSparseHelperConfig& c, Arch arch) {
+  static constexpr const char* kKernels[] = {"attnjit::mla_decode_sparse::quantize_kernel",
+                                             "attnjit::mla_decode_sparse::remap_kernel",
+                                             "attnjit::mla_decode_sparse::check_kernel"};
+  const auto& t = helper_table<kWhich>();
+  // cvt to e4m3 needs sm_89+; the three share one header, so one arch rule.
+  ops::require_sm90a(arch, std::string(t.op()).c_str());
+  return ops::table_recipe(t, c, {t.op(), "mla_decode_sparse/helpers.cuh", kKernels[kWhich]},
+                           arch, 0);
+}
+
+}  // namespace
+
+std::string_view to_string(MlaSparseLayout l) { return ops::enum_name(l); }
+
+void MlaDecodeSparseConfig::validate() const {
+  table().check_rules(*this);
+  if (ops::mla_sparse_smem_bytes(*this) > kMaxSmemPerBlock)
+    fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
+                                                     ops::mla_sparse_smem_bytes(*this),
+                                                     kMaxSmemPerBlock));
+}
+
+std::string MlaDecodeSparseConfig::to_json() const { return table().to_json(*this).dump(); }
+
+MlaDecodeSparseConfig MlaDecodeSparseConfig::from_json(std::string_view text) {
+  MlaDecodeSparseConfig c = table().from_json_text(text);
+  c.validate();
+  return c;
+}
+
+std::string MlaDecodeSparseConfig::describe() const { return table().describe(*this); }
+
+MlaDecodeSparseConfig mla_decode_sparse_default_config(MlaSparseLayout layout, int num_heads) {
+  MlaDecodeSparseConfig c;
+  c.cache_layout = layout;
+  c.num_heads = num_heads;
+  return c;
+}
+
+namespace ops {
+
+void MlaSparseHelperConfig::validate() const { helper_table<kQuantize>().check_rules(*this); }
+
+unsigned mla_sparse_smem_bytes(const MlaDecodeSparseConfig& c) {
+  return dev::smem_bytes(c.block_n, c.stages);
+}
+
+const jit::Kernel& mla_sparse_main_kernel(const MlaDecodeSparseConfig& c, Arch arch) {
+  return table_kernel(table(), op_id("mla_decode_sparse"), c, arch, main_recipe);
+}
+
+const jit::Kernel& mla_sparse_quantize_kernel(Arch arch) {
+  return table_kernel(helper_table<kQuantize>(), op_id("mla_sparse_quantize"),
+                      MlaSparseHelperConfig{}, arch, helper_recipe<kQuantize>);
+}
+const jit::Kernel& mla_sparse_remap_kernel(Arch arch) {
+  return table_kernel(helper_table<kRemap>(), op_id("mla_sparse_remap"), MlaSparseHelperConfig{},
+                      arch, helper_recipe<kRemap>);
+}
+const jit::Kernel& mla_sparse_check_kernel(Arch arch) {
+  return table_kernel(helper_table<kCheck>(), op_id("mla_decode_sparse_check"),
+                      MlaSparseHelperConfig{}, arch, helper_recipe<kCheck>);
+}
+
+namespace {
+
+OpSpec main_spec() {
+  OpSpec op;
+  op.name = "mla_decode_sparse";
+  op.id = op_id(op.name);
+  op.summary = "DeepSeek V3.2 sparse MLA decode: top-k rows by index (656 B fp8 or bf16), "
+               "sink, extra cache";
+  op.archs = {kSm90a};
+  // Not tunable yet (one config per layout and h): the benchmark rows only, issue 20's
+  // table, each in both layouts (32k cache rows per sequence, pages in random order).
+  op.tuning.shape_keys = "b, q_len, h, topk, layout";
+  for (const char* layout : {"fp8", "bf16"})
+    for (auto [b, q_len, h, topk] : {std::array{128, 2, 128, 2048}, {128, 1, 128, 2048}, {64, 1, 64, 2048},
+                                     {128, 2, 128, 8192}, {128, 1, 16, 2048}, {64, 1, 8, 2048}})
+      op.tuning.bench_shapes.push_back(
+          {{"b", b}, {"q_len", q_len}, {"h", h}, {"topk", topk}, {"layout", layout}});
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (MlaSparseLayout l : {MlaSparseLayout::kFp8, MlaSparseLayout::kBF16})
+      for (int h : {8, 16, 32, 64, 128})  // one token's heads per tile: h ≤ 64 pads to 64
+        set.push_back(nlohmann::json::parse(mla_decode_sparse_default_config(l, h).to_json()));
+    return set;
+  };
+  bind_config<MlaDecodeSparseConfig>(op, table(), main_recipe);
+  return op;
+}
+
+template <int kWhich>
+OpSpec helper_spec(const char* summary) {
+  OpSpec op;
+  op.name = std::string(helper_table<kWhich>().op());
+  op.id = op_id(op.name);
+  op.summary = summary;
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    return std::vector<nlohmann::json>{
+        nlohmann::json::parse(helper_table<kWhich>().to_json(MlaSparseHelperConfig{}).dump())};
+  };
+  bind_config<MlaSparseHelperConfig>(op, helper_table<kWhich>(), helper_recipe<kWhich>);
+  return op;
+}
+
+}  // namespace
+
+std::vector<OpSpec> mla_decode_sparse_op_specs() {
+  return {main_spec(),
+          helper_spec<kQuantize>("bf16 576 → 656-byte fp8 cache rows (amax/448 per 128 values)"),
+          helper_spec<kRemap>("logical top-k positions → physical cache rows through a block table"),
+          helper_spec<kCheck>("checked mode: the first index outside the pool or length past topk "
+                              "(launched by mla_decode_sparse under ATTNJIT_CHECK=1)")};
+}
+
+}  // namespace ops
+}  // namespace attnjit

@@ -1,0 +1,56 @@
+#pragma once
+// mla_decode_sparse's host internals shared by its files: the helper kernels' config, the
+// loaded kernels (config.cpp), the checked sizes of a call and the argument checks
+// (args.cpp), read by the plan and the launches (launch.cpp, helpers.cpp).
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "attnjit/ops/mla_decode_sparse.hpp"
+#include "jit/kernel_table.hpp"
+
+namespace attnjit::ops {
+
+// The quantizer's, the remap's and the check kernel's compile-time shape.
+struct MlaSparseHelperConfig {
+#define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
+#include "ops/mla_decode_sparse/helper_config.def"
+#undef ATTNJIT_FIELD
+  void validate() const;
+};
+
+unsigned mla_sparse_smem_bytes(const MlaDecodeSparseConfig& c);
+inline constexpr int kMlaSparseThreads = 3 * 128;  // softmax + two P·V warpgroups
+
+const jit::Kernel& mla_sparse_main_kernel(const MlaDecodeSparseConfig& c, Arch arch);
+const jit::Kernel& mla_sparse_quantize_kernel(Arch arch);
+const jit::Kernel& mla_sparse_remap_kernel(Arch arch);
+const jit::Kernel& mla_sparse_check_kernel(Arch arch);
+
+}  // namespace attnjit::ops
+
+namespace attnjit::sparse_detail {
+
+inline constexpr int kMaxSplits = 256;
+inline constexpr int kMaxBatch = 65535;  // grid z of the combine
+
+// Host-visible sizes of a call whose arguments passed check_args.
+struct Sizes {
+  bool ragged = false;
+  int64_t b = 0, q_len = 0, h = 0, total_q = 0;
+  int64_t pool_rows = 0, extra_rows = 0;
+  int64_t topk = 0, topk_extra = 0;
+  int64_t index_stride = 0, extra_stride = 0;
+  bool lens_per_token = false, extra_lens_per_token = false;
+};
+
+// Every host-visible rule of `a` under config `c`; errors name the argument and the rule.
+Sizes check_args(const MlaDecodeSparseArgs& a, const MlaDecodeSparseConfig& c);
+// Every rule of a plan's shape (errors name "shape.<field>") and of the config against it.
+void check_shape(const MlaDecodeSparseShape& s, const MlaDecodeSparseConfig& c);
+// A call of sizes `s` is one `plan` was made for; errors name the argument.
+void check_matches_plan(const Sizes& s, const MlaDecodeSparsePlan& plan);
+// Checked mode: validates indices, lengths and offsets on the device; names the first bad one.
+void device_check(const MlaDecodeSparseArgs& a, const Sizes& s, Arch arch, CUstream stream);
+
+}  // namespace attnjit::sparse_detail

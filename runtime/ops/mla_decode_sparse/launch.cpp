@@ -1,0 +1,234 @@
+// mla_decode_sparse's plan and launches: the split over the top-k, the workspace (laid out
+// as mla_decode's static split, so mla_decode's combine merges the partials), the q tensor
+// map, the main kernel and the combine (through programmatic dependent launch), and the
+// checked mode's validation kernel.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "attnjit/error.hpp"
+#include "attnjit/ops/mla_decode.hpp"
+#include "attnjit/ops/mla_decode_sparse.hpp"
+#include "attnjit/runtime.hpp"
+#include "attnjit/tma.hpp"
+#include "driver/driver.hpp"
+#include "mla_decode_sparse/layout.cuh"
+#include "ops/launch_support.hpp"
+#include "ops/mla_decode/config.hpp"
+#include "ops/mla_decode_sparse/internal.hpp"
+
+namespace attnjit {
+namespace {
+
+namespace dev = layout::mla_decode_sparse;
+namespace dense = layout::mla_decode;
+using sparse_detail::Sizes;
+
+const int* i32_ptr(const TensorView& t) { return static_cast<const int*>(t.data); }
+
+int64_t row_tiles(int64_t num_heads) { return (num_heads + 63) / 64; }
+
+// The dense op's shape with the same partial layout: [b·splits, q_len·h, 512].
+MlaDecodeShape partial_shape(const MlaDecodeSparseShape& s) {
+  MlaDecodeShape d;
+  d.batch = s.batch;
+  d.q_len = s.q_len;
+  d.num_heads = s.num_heads;
+  return d;
+}
+
+Arch current_arch() {
+  return ops::device_arch(driver::cached_device_info(driver::current_device()));
+}
+
+dev::Pool pool_of(const TensorView& rows, const TensorView& indices, const TensorView& lens,
+                  int64_t num_rows, int64_t stride, int64_t topk, bool per_token) {
+  return {rows.data,
+          i32_ptr(indices),
+          i32_ptr(lens),
+          static_cast<int>(num_rows),
+          static_cast<int>(stride),
+          static_cast<int>(topk),
+          per_token ? 1 : 0};
+}
+
+}  // namespace
+
+int mla_decode_sparse_splits(const MlaDecodeSparseShape& s, int sm_count) {
+  if (s.num_splits > 0) return s.num_splits;
+  // One CTA per (token, 64-head tile). Fewer CTAs than SMs leave SMs idle for the whole
+  // call: cut each token's key list into enough runs to fill one wave, but keep every run
+  // at least 4 tiles long so the Q load, pipeline fill and combine stay small against it.
+  const int64_t ctas = int64_t{s.batch} * s.q_len * row_tiles(s.num_heads);
+  const int64_t tiles = (int64_t{s.topk} + s.topk_extra + 63) / 64;
+  if (ctas <= 0 || ctas >= sm_count) return 1;
+  const int64_t want = (sm_count + ctas - 1) / ctas;
+  return static_cast<int>(std::clamp<int64_t>(std::min(want, tiles / 4), 1, sparse_detail::kMaxSplits));
+}
+
+size_t mla_decode_sparse_workspace_bytes(const MlaDecodeSparseShape& shape, int num_splits) {
+  return mla_decode_workspace_bytes(partial_shape(shape), num_splits);
+}
+
+MlaDecodeSparsePlan mla_decode_sparse_plan(const MlaDecodeSparseShape& shape,
+                                           const MlaDecodeSparseConfig* config) {
+  MlaDecodeSparsePlan plan;
+  plan.shape = shape;
+  plan.config = config ? *config : mla_decode_sparse_default_config(shape.layout, shape.num_heads);
+  plan.config.validate();
+  sparse_detail::check_shape(shape, plan.config);
+  const driver::DeviceInfo& info = driver::cached_device_info(driver::current_device());
+  plan.num_splits = mla_decode_sparse_splits(shape, info.sm_count);
+  plan.workspace_bytes = mla_decode_sparse_workspace_bytes(shape, plan.num_splits);
+  const Arch arch = ops::device_arch(info);
+  ops::mla_sparse_main_kernel(plan.config, arch).prepare_current_device();
+  if (plan.num_splits > 1)
+    ops::mla_combine_kernel({DType::kBF16, plan.config.num_heads}, arch).prepare_current_device();
+  return plan;
+}
+
+void mla_decode_sparse_schedule(const MlaDecodeSparsePlan& plan, const MlaDecodeSparseArgs& args,
+                                Workspace workspace, CUstream) {
+  // Nothing depends on device values ahead of the run; the checks keep a call that would
+  // fail in the run from passing here.
+  const Sizes s = sparse_detail::check_args(args, plan.config);
+  sparse_detail::check_matches_plan(s, plan);
+  ops::check_workspace(workspace, mla_decode_sparse_workspace_bytes(plan.shape, plan.num_splits),
+                       "mla_decode_sparse_plan");
+}
+
+void mla_decode_sparse(const MlaDecodeSparseArgs& a, const MlaDecodeSparsePlan& plan,
+                       Workspace workspace, CUstream stream) {
+  const MlaDecodeSparseConfig& c = plan.config;
+  c.validate();
+  const Sizes s = sparse_detail::check_args(a, c);
+  sparse_detail::check_matches_plan(s, plan);
+  sparse_detail::check_shape(plan.shape, c);
+  const int splits = plan.num_splits;
+  ops::check_workspace(workspace, mla_decode_sparse_workspace_bytes(plan.shape, splits),
+                       "mla_decode_sparse_plan");
+  if (s.b == 0 || s.total_q == 0) return;  // no query rows: nothing to write
+
+  // q as [total_q·h, 576] in 128B-swizzled boxes of 64 rows × 64 columns (one span).
+  TmaMapSpec q_spec;
+  q_spec.tensor = TensorView::contiguous(a.q.data, DType::kBF16, {s.total_q * s.h, dev::kHeadDim},
+                                         a.q.device);
+  q_spec.box[0] = 64;
+  q_spec.box[1] = 64;
+  q_spec.swizzle = Swizzle::k128B;
+  validate_tma(q_spec, "q");
+
+  const CUdevice device = driver::current_device();
+  if (a.q.device != static_cast<int>(device))
+    fail_arg("q", fmt::format("lives on device {} but the current device is {}", a.q.device,
+                              static_cast<int>(device)));
+  const Arch arch = current_arch();
+  const jit::Kernel& main = ops::mla_sparse_main_kernel(c, arch);
+  const jit::Kernel* combine =
+      splits > 1 ? &ops::mla_combine_kernel({DType::kBF16, c.num_heads}, arch) : nullptr;
+  if (check_mode()) sparse_detail::device_check(a, s, arch, stream);
+  const TmaDescriptor q_map = encode_tma(q_spec, "q");
+
+  // Partials [b·splits, q_len·h, 512] f32, then their lse: mla_decode's static layout.
+  float* part_out = combine ? static_cast<float*>(workspace.data) : nullptr;
+  float* part_lse =
+      combine ? part_out + static_cast<size_t>(s.b * splits * s.q_len * s.h) * dev::kValueDim : nullptr;
+  const dense::QRows q_rows{s.ragged ? i32_ptr(a.q_offsets) : nullptr, static_cast<int>(s.q_len),
+                            static_cast<int>(s.total_q)};
+  dev::Args ka{pool_of(a.kv_cache, a.indices, a.topk_lengths, s.pool_rows, s.index_stride, s.topk,
+                       s.lens_per_token),
+               a.extra_kv_cache.data
+                   ? pool_of(a.extra_kv_cache, a.extra_indices, a.extra_topk_lengths, s.extra_rows,
+                             s.extra_stride, s.topk_extra, s.extra_lens_per_token)
+                   : dev::Pool{},
+               static_cast<const float*>(a.attn_sink.data),
+               a.out.data,
+               static_cast<float*>(a.lse.data),
+               part_out,
+               part_lse,
+               q_rows,
+               splits,
+               a.softmax_scale * kLog2e};
+  jit::LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>(row_tiles(s.h));
+  shape.grid[1] = static_cast<unsigned>(splits);
+  shape.grid[2] = static_cast<unsigned>(s.b * s.q_len);
+  shape.block[0] = ops::kMlaSparseThreads;
+  shape.dynamic_smem = main.dynamic_smem_bytes();
+  void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), &ka};
+  main.launch(shape, stream, main_args);
+  if (combine == nullptr) return;
+
+  // mla_decode's combine over the static split's slots; it applies the sink.
+  dense::CombineArgs ca{part_out, part_lse, a.out.data, static_cast<float*>(a.lse.data),
+                        q_rows,   splits,   0,          nullptr,
+                        nullptr,  static_cast<const float*>(a.attn_sink.data)};
+  jit::LaunchShape cshape;
+  cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
+  cshape.grid[1] = static_cast<unsigned>(s.b);
+  cshape.block[0] = dense::kCombineThreads;
+  cshape.programmatic_dependent_launch = true;  // its prologue overlaps the main kernel's tail
+  void* combine_args[] = {&ca};
+  combine->launch(cshape, stream, combine_args);
+}
+
+void mla_decode_sparse(const MlaDecodeSparseArgs& a, CUstream stream,
+                       const MlaDecodeSparseConfig* config) {
+  const MlaDecodeSparseShape shape = mla_decode_sparse_shape(a);
+  const MlaDecodeSparseConfig c =
+      config ? *config : mla_decode_sparse_default_config(shape.layout, shape.num_heads);
+  c.validate();
+  // Every argument rule is reported before the plan touches the device.
+  const Sizes s = sparse_detail::check_args(a, c);
+  if (s.b == 0 || s.total_q == 0) return;
+  const MlaDecodeSparsePlan plan = mla_decode_sparse_plan(shape, &c);
+  const ops::StreamWorkspace workspace(plan.workspace_bytes, stream);
+  mla_decode_sparse_schedule(plan, a, workspace.get(), stream);
+  mla_decode_sparse(a, plan, workspace.get(), stream);
+}
+
+namespace sparse_detail {
+
+void device_check(const MlaDecodeSparseArgs& a, const Sizes& s, Arch arch, CUstream stream) {
+  const jit::Kernel& k = ops::mla_sparse_check_kernel(arch);
+  const unsigned long long found = ops::run_device_check(stream, [&](unsigned long long* word) {
+    dev::CheckArgs ca{pool_of(a.kv_cache, a.indices, a.topk_lengths, s.pool_rows, s.index_stride,
+                              s.topk, s.lens_per_token),
+                      a.extra_kv_cache.data
+                          ? pool_of(a.extra_kv_cache, a.extra_indices, a.extra_topk_lengths,
+                                    s.extra_rows, s.extra_stride, s.topk_extra, s.extra_lens_per_token)
+                          : dev::Pool{},
+                      word,
+                      {s.ragged ? i32_ptr(a.q_offsets) : nullptr, static_cast<int>(s.q_len),
+                       static_cast<int>(s.total_q)},
+                      static_cast<int>(s.b),
+                      0};
+    jit::LaunchShape shape;
+    shape.grid[0] = static_cast<unsigned>(std::max<int64_t>(s.total_q, s.b));
+    shape.block[0] = dev::kCheckThreads;
+    void* args[] = {&ca};
+    k.launch(shape, stream, args);
+  });
+  if (found == ~0ull) return;
+  const int64_t token = static_cast<int64_t>(found >> 32);
+  const unsigned what = static_cast<unsigned>(found & 0xffffffffu);
+  const bool extra = what == dev::kBadExtraIndex || what == dev::kBadExtraLength;
+  if (what == dev::kBadQOffsets)
+    fail_arg("q_offsets", fmt::format("ATTNJIT_CHECK: q_offsets[{}..{}] must satisfy 0 <= start <= "
+                                      "end <= total_q = {} and end - start <= max_q_len = {}",
+                                      token, token + 1, s.total_q, s.q_len));
+  if (what == dev::kBadLength || what == dev::kBadExtraLength) {
+    const TensorView& lens = extra ? a.extra_topk_lengths : a.topk_lengths;
+    const bool per_token = extra ? s.extra_lens_per_token : s.lens_per_token;
+    const int64_t slot = per_token ? token : token / std::max<int64_t>(1, s.q_len);
+    fail_arg(extra ? "extra_topk_lengths" : "topk_lengths",
+             fmt::format("ATTNJIT_CHECK: [{}] = {} is outside 0..topk = {}", slot,
+                         ops::read_device_i32(lens.data, slot), extra ? s.topk_extra : s.topk));
+  }
+  fail_arg(extra ? "extra_indices" : "indices",
+           fmt::format("ATTNJIT_CHECK: token {} holds an index outside [0, {}) other than -1",
+                       token, extra ? s.extra_rows : s.pool_rows));
+}
+
+}  // namespace sparse_detail
+}  // namespace attnjit
