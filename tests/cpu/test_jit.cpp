@@ -168,7 +168,8 @@ TEST_CASE("every op's default set compiles for every declared arch", "[jit][nvrt
             CHECK(test::count_opcode(*sass, "UTMALDG") > 0);
             CHECK(test::count_opcode(*sass, "UTMASTG") > 0);
           }
-          if (op.name == "mla_decode" || op.name == "mha_fwd" || op.name == "mla_decode_fp8") {
+          if (op.name == "mla_decode" || op.name == "mha_fwd" || op.name == "mla_decode_fp8" ||
+              op.name == "mla_decode_sparse") {
             CHECK(test::count_opcode(*sass, "HGMMA") > 0);
             CHECK(test::count_opcode(*sass, "UTMALDG") > 0);
           }

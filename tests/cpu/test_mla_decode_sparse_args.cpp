@@ -77,6 +77,8 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'stages'");
   REQUIRE_ERROR(MlaDecodeSparseConfig::from_json(R"({"cache_layout":"fp16"})"),
                 ErrorKind::kUnsupportedConfig, "cache_layout");
+  const ops::OpSpec& op = ops::find_op("mla_decode_sparse");
+  CHECK(op.default_set().size() == 10);  // 2 layouts × h 8, 16, 32, 64, 128
 }
 
 TEST_CASE("mla_decode_sparse splits the top-k only to fill the SMs", "[mla_decode_sparse][config]") {

@@ -99,9 +99,10 @@ TEST_CASE("every op family has one problem, with bench rows and test rows", "[ha
     CHECK(!k.test_cases().empty());
     ops.push_back(k.op);
   }
-  CHECK(ops == std::vector<std::string>{"tma_copy", "mla_decode", "mha_fwd", "merge_states", "mla_decode_fp8"});
+  CHECK(ops == std::vector<std::string>{"tma_copy", "mla_decode", "mha_fwd", "merge_states", "mla_decode_fp8",
+                                        "mla_decode_sparse"});
   REQUIRE_ERROR(harness::find_problem("mla_decode_combine"), ErrorKind::kUnsupportedConfig,
-                "ops with one: tma_copy, mla_decode, mha_fwd, merge_states, mla_decode_fp8");
+                "ops with one: tma_copy, mla_decode, mha_fwd, merge_states, mla_decode_fp8, mla_decode_sparse");
 }
 
 // What `attnjit bench` does per row, on every op's test rows: the runtime's plan, poisoned

@@ -5,6 +5,7 @@
 #include "attnjit/ops/mha_fwd.hpp"
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/mla_decode_fp8.hpp"
+#include "attnjit/ops/mla_decode_sparse.hpp"
 #include "attnjit/ops/tma_copy.hpp"
 #include "attnjit/precompile.hpp"
 #include "attnjit/runtime.hpp"
