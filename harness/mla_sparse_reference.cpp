@@ -69,7 +69,7 @@ void mla_sparse_dequantize(const uint8_t* row, bool fp8, double* out) {
   for (int d = 0; d < kMlaQkDim - kMlaVDim; ++d) out[kMlaVDim + d] = bf16_value(row + 528 + 2 * d);
 }
 
-MlaSparseReference mla_sparse_reference(const MlaSparseProblem& p) {
+MlaSparseReference mla_sparse_reference(const MlaSparseProblem& p, const std::vector<char>* only) {
   const int h = p.num_heads;
   const int row_bytes = p.fp8 ? kMlaSparseFp8RowBytes : kMlaSparseBf16RowBytes;
   MlaSparseReference r;
@@ -91,6 +91,10 @@ MlaSparseReference mla_sparse_reference(const MlaSparseProblem& p) {
   for (int64_t g = 0; g < p.total_q; ++g) {
     const int b = r.batch_of[static_cast<size_t>(g)];
     if (b < 0) continue;
+    if (only != nullptr && !(*only)[static_cast<size_t>(g)]) {
+      r.batch_of[static_cast<size_t>(g)] = -1;  // not judged
+      continue;
+    }
     rows.clear();
     collect(p.main, g, b, rows, row_bytes);
     if (p.has_extra) collect(p.extra, g, b, rows, row_bytes);

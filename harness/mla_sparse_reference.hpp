@@ -61,7 +61,9 @@ struct MlaSparseReference {
   std::vector<int> batch_of;   // [total_q] its sequence, or -1
 };
 
-MlaSparseReference mla_sparse_reference(const MlaSparseProblem& p);
+// `only` (when given, [total_q]): the tokens to compute; the others get keys -1 and are
+// not judged (a bench shape's full float64 reference takes minutes).
+MlaSparseReference mla_sparse_reference(const MlaSparseProblem& p, const std::vector<char>* only = nullptr);
 
 // Judges `out` [total_q, h, 512] and, when not empty, `lse` (padded [b, h, q_len], ragged
 // [h, total_q]) against `ref`; rows of uncovered ragged tokens are not judged.

@@ -61,6 +61,9 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   # The other schedule (softmax warpgroup + two P·V warpgroups), same shapes, same call.
   BENCH_TIMEOUT=300 bench mla_decode --config '{"schedule":"softmax_wg"}'
   timeout -s KILL 300 python3 tools/bench_mla_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_mla_torch.py failed"; status=1; }
+  # mla_decode_sparse: issue 20's rows in both cache layouts (each checked against float64
+  # on sampled tokens first).
+  BENCH_TIMEOUT=400 bench mla_decode_sparse
   # mha_fwd: the issue's rows (each checked against the float64 reference first), then
   # PyTorch SDPA with the cuDNN and flash backends in the same call.
   BENCH_TIMEOUT=400 bench mha_fwd

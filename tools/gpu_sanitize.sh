@@ -24,6 +24,8 @@ tests=(
   "mha_fwd persistent launch"
   "mha_fwd checked mode names the first bad offset, length or table entry"
   "mla_decode unchecked: hostile lengths, table entries and offsets stay in bounds"
+  "mla_decode_sparse replays from a CUDA graph with new indices"
+  "mla_decode_sparse checked mode names the first bad index or length"
   "mha_fwd unchecked: hostile lengths, table entries and offsets stay in bounds"
   "mla_decode_fp8's three-tensor form equals the 640-byte form bit for bit"
   "mla_decode_fp8 replays from a CUDA graph with new lengths and values"
