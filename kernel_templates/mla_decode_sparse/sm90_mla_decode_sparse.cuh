@@ -24,6 +24,7 @@
 #include "common/mbarrier.cuh"
 #include "common/named_barrier.cuh"
 #include "common/numeric.cuh"
+#include "common/smem.cuh"
 #include "common/tma.cuh"
 #include "common/types.cuh"
 #include "common/warpgroup.cuh"
@@ -159,10 +160,11 @@ ATTNJIT_DEVICE void gather_tile(SharedStorage<P>& s, const Args& a, const Work& 
   const int tid = thread_in_warpgroup();
   const int key = tid / 2, half = tid % 2;
   const u8* row = key_row<P>(a, w, tile * P.block_n + key);
-  if (half == 0) s.valid[st][key] = row != nullptr;
-  u8* tile_base = s.kv[st];
+  // Shared addresses as u32 throughout: `s` was realigned through integer arithmetic, so
+  // plain pointer stores would be generic ones (common/smem.cuh).
+  if (half == 0) st_shared_u32(smem_u32(&s.valid[st][key]), row != nullptr ? 1u : 0u);
+  const u32 dst0 = smem_u32(s.kv[st]);
   if constexpr (!T::kFp8) {
-    const u32 dst0 = smem_u32(tile_base);
     const u8* src_base = row != nullptr ? row : static_cast<const u8*>(a.main.rows);
     const u32 src_bytes = row != nullptr ? 16u : 0u;
 #pragma unroll 4
@@ -198,17 +200,15 @@ ATTNJIT_DEVICE void gather_tile(SharedStorage<P>& s, const Args& a, const Work& 
         out[2 * k + 1] = pack2<DType::kBF16>(f2 * sc, f3 * sc);
       }
       // 16 bf16 = 32 bytes: two 16-byte units of the bf16 row, each at its swizzled place.
-      *reinterpret_cast<uint4*>(tile_base + KTile::byte_offset(key, 32 * unit)) =
-          make_uint4(out[0], out[1], out[2], out[3]);
-      *reinterpret_cast<uint4*>(tile_base + KTile::byte_offset(key, 32 * unit + 16)) =
-          make_uint4(out[4], out[5], out[6], out[7]);
+      st_shared_16(dst0 + KTile::byte_offset(key, 32 * unit), make_uint4(out[0], out[1], out[2], out[3]));
+      st_shared_16(dst0 + KTile::byte_offset(key, 32 * unit + 16), make_uint4(out[4], out[5], out[6], out[7]));
     }
 #pragma unroll
     for (int i = 0; i < kRopeDims * 2 / 32; ++i) {  // 4 rope units of 8 bf16, as stored
       const int unit = 2 * i + half;
       uint4 raw = make_uint4(0, 0, 0, 0);
       if (row != nullptr) raw = __ldg(reinterpret_cast<const uint4*>(row + kFp8RopeOffset) + unit);
-      *reinterpret_cast<uint4*>(tile_base + KTile::byte_offset(key, 2 * kValueDim + 16 * unit)) = raw;
+      st_shared_16(dst0 + KTile::byte_offset(key, 2 * kValueDim + 16 * unit), raw);
     }
   }
   fence_proxy_async_smem();  // the generic-proxy stores are read by wgmma (async proxy)
@@ -251,10 +251,12 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const Args& a, const 
 
     // Mask skipped keys by replacement, then the online softmax (4 lanes share a row).
     float tile_max[2] = {neg_inf(), neg_inf()};
+    const u32 valid_addr = smem_u32(s.valid[st]);
 #pragma unroll
     for (int i2 = 0; i2 < P.block_n / 2; ++i2) {
       const int r = (i2 / 2) % 2;
-      const float x = s.valid[st][wgmma_acc_coord(tid, i2).col] ? sc[i2] * a.scale_log2 : neg_inf();
+      const bool valid = ld_shared_u32(valid_addr + 4 * wgmma_acc_coord(tid, i2).col) != 0;
+      const float x = valid ? sc[i2] * a.scale_log2 : neg_inf();
       sc[i2] = x;
       tile_max[r] = fmaxf(tile_max[r], x);
     }
@@ -277,15 +279,15 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const Args& a, const 
     }
 
     named_barrier_sync(static_cast<u32>(Bar::kPFree), Traits<P>::kBarThreads);
+    const u32 p_addr = smem_u32(s.p);
 #pragma unroll
     for (int i2 = 0; i2 < P.block_n / 2; i2 += 2) {
       const WgmmaCoord c = wgmma_acc_coord(tid, i2);
-      *reinterpret_cast<u32*>(s.p + QTile::byte_offset(c.row, c.col * 2)) =
-          pack2<DType::kBF16>(sc[i2], sc[i2 + 1]);
+      st_shared_u32(p_addr + QTile::byte_offset(c.row, c.col * 2), pack2<DType::kBF16>(sc[i2], sc[i2 + 1]));
     }
     if (tid % 4 == 0) {
-      s.row_scale[wgmma_acc_coord(tid, 0).row] = scale[0];
-      s.row_scale[wgmma_acc_coord(tid, 2).row] = scale[1];
+      st_shared_f32(smem_u32(&s.row_scale[wgmma_acc_coord(tid, 0).row]), scale[0]);
+      st_shared_f32(smem_u32(&s.row_scale[wgmma_acc_coord(tid, 2).row]), scale[1]);
     }
     fence_proxy_async_smem();  // P is read by the P·V warpgroups' wgmma
     named_barrier_arrive(static_cast<u32>(Bar::kPReady), Traits<P>::kBarThreads);
@@ -300,10 +302,12 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const Args& a, const 
     rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 2);
   }
   if (tid % 4 == 0) {
-    s.row_max[wgmma_acc_coord(tid, 0).row] = rs.m[0];
-    s.row_sum[wgmma_acc_coord(tid, 0).row] = rs.l[0];
-    s.row_max[wgmma_acc_coord(tid, 2).row] = rs.m[1];
-    s.row_sum[wgmma_acc_coord(tid, 2).row] = rs.l[1];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = wgmma_acc_coord(tid, 2 * r).row;
+      st_shared_f32(smem_u32(&s.row_max[row]), rs.m[r]);
+      st_shared_f32(smem_u32(&s.row_sum[row]), rs.l[r]);
+    }
   }
   named_barrier_arrive(static_cast<u32>(Bar::kStats), Traits<P>::kBarThreads);
 }
@@ -368,8 +372,8 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
     // Already complete (WG0 waited on it first): makes its stores visible here.
     mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / P.stages) & 1u);
     const u32 v_addr = smem_u32(s.kv[st]);
-    const float scale0 = s.row_scale[wgmma_acc_coord(tid, 0).row];
-    const float scale1 = s.row_scale[wgmma_acc_coord(tid, 2).row];
+    const float scale0 = ld_shared_f32(smem_u32(&s.row_scale[wgmma_acc_coord(tid, 0).row]));
+    const float scale1 = ld_shared_f32(smem_u32(&s.row_scale[wgmma_acc_coord(tid, 2).row]));
 #pragma unroll
     for (int i2 = 0; i2 < T::kHalfCols / 2; ++i2) o[i2] *= (i2 / 2) % 2 ? scale1 : scale0;
     wgmma_fence();
@@ -384,8 +388,8 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
   }
   named_barrier_sync(static_cast<u32>(Bar::kStats), T::kBarThreads);
   const int r0 = wgmma_acc_coord(tid, 0).row, r1 = wgmma_acc_coord(tid, 2).row;
-  const float m[2] = {s.row_max[r0], s.row_max[r1]};
-  const float l[2] = {s.row_sum[r0], s.row_sum[r1]};
+  const float m[2] = {ld_shared_f32(smem_u32(&s.row_max[r0])), ld_shared_f32(smem_u32(&s.row_max[r1]))};
+  const float l[2] = {ld_shared_f32(smem_u32(&s.row_sum[r0])), ld_shared_f32(smem_u32(&s.row_sum[r1]))};
   write_output<P>(o, half, a, w, seq, m, l);
 }
 
