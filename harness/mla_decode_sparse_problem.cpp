@@ -276,6 +276,7 @@ class SparseProblem final : public Problem, public MlaSparseHooks {
     if (p.has_extra) p.extra = ref_source(extra_);
     p.sink = sink_;
     p.softmax_scale = static_cast<double>(kScale);
+    p.fp8_products_in_bf16 = true;  // the kernel's bf16 wgmma takes bf16(e4m3 · scale)
     std::vector<char> only;
     if (sampled_rows > 0) {
       only.assign(static_cast<size_t>(total_q_), 0);

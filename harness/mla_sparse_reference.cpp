@@ -1,6 +1,8 @@
 // float64 reference for mla_decode_sparse and its comparison (mla_sparse_reference.hpp).
 #include "harness/mla_sparse_reference.hpp"
 
+#include "harness/device.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -56,7 +58,7 @@ double mla_sparse_e4m3(uint8_t code) {
   return code & 0x80 ? -v : v;
 }
 
-void mla_sparse_dequantize(const uint8_t* row, bool fp8, double* out) {
+void mla_sparse_dequantize(const uint8_t* row, bool fp8, double* out, bool products_in_bf16) {
   if (!fp8) {
     for (int d = 0; d < kMlaQkDim; ++d) out[d] = bf16_value(row + 2 * d);
     return;
@@ -64,7 +66,12 @@ void mla_sparse_dequantize(const uint8_t* row, bool fp8, double* out) {
   for (int d = 0; d < kMlaVDim; ++d) {
     float scale;
     std::memcpy(&scale, row + 512 + 4 * (d / 128), 4);
-    out[d] = mla_sparse_e4m3(row[d]) * static_cast<double>(scale);
+    if (!products_in_bf16) {
+      out[d] = mla_sparse_e4m3(row[d]) * static_cast<double>(scale);
+      continue;
+    }
+    const float product = static_cast<float>(mla_sparse_e4m3(row[d])) * scale;  // as the kernel
+    out[d] = bf16_to_float(float_to_bf16(product));
   }
   for (int d = 0; d < kMlaQkDim - kMlaVDim; ++d) out[kMlaVDim + d] = bf16_value(row + 528 + 2 * d);
 }
@@ -101,7 +108,8 @@ MlaSparseReference mla_sparse_reference(const MlaSparseProblem& p, const std::ve
     r.keys[static_cast<size_t>(g)] = static_cast<int>(rows.size());
     if (rows.empty()) continue;
     k.resize(rows.size() * kMlaQkDim);
-    for (size_t j = 0; j < rows.size(); ++j) mla_sparse_dequantize(rows[j], p.fp8, &k[j * kMlaQkDim]);
+    for (size_t j = 0; j < rows.size(); ++j)
+      mla_sparse_dequantize(rows[j], p.fp8, &k[j * kMlaQkDim], p.fp8_products_in_bf16);
     scores.resize(rows.size());
     for (int head = 0; head < h; ++head) {
       const float* q = p.q.data() + (static_cast<size_t>(g) * h + head) * kMlaQkDim;

@@ -46,12 +46,18 @@ struct MlaSparseProblem {
   MlaSparseSource extra;
   std::span<const float> sink;       // [h] or empty
   double softmax_scale = 0.0;
+  // fp8: round each dequantized value e4m3 · scale (an f32 product) to bf16, as the kernel
+  // does before its bf16 wgmma. Exact products would judge that precision choice instead
+  // of the attention: with block scales ~1e3 one bf16 rounding moves a score by ~2.
+  bool fp8_products_in_bf16 = false;
 };
 
 // The value of an e4m3 (fn) code; NaN for 0x7f / 0xff.
 double mla_sparse_e4m3(uint8_t code);
-// Row `r` of `pool` as 576 doubles (fp8: content × block scale, rope as stored).
-void mla_sparse_dequantize(const uint8_t* row, bool fp8, double* out /* [576] */);
+// Row `r` of `pool` as 576 doubles (fp8: content × block scale, rope as stored; with
+// products_in_bf16, each f32 product e4m3 · scale rounded to bf16 RN-even).
+void mla_sparse_dequantize(const uint8_t* row, bool fp8, double* out /* [576] */,
+                           bool products_in_bf16 = false);
 
 struct MlaSparseReference {
   std::vector<double> out;     // [total_q, h, 512]

@@ -195,6 +195,14 @@ TEST_CASE("656-byte quantizer: block scales, saturation, rope as stored", "[mla_
     CHECK(std::abs(deq[d] - x) <= std::abs(x) / 16 + scales[d / 128] * std::ldexp(1.0, -10));
   }
   for (int d = 512; d < 576; ++d) CHECK(deq[d] == bf16_to_float(src[static_cast<size_t>(d)]));
+  // The kernel's widening: each product rounded to bf16 (7 stored mantissa bits: half an
+  // ulp is at most 2^-8 of the value).
+  double widened[576];
+  mla_sparse_dequantize(row, true, widened, true);
+  for (int d = 0; d < 576; ++d) {
+    CHECK(widened[d] == bf16_to_float(float_to_bf16(static_cast<float>(widened[d]))));
+    CHECK(std::abs(widened[d] - deq[d]) <= std::abs(deq[d]) * std::ldexp(1.0, -8));
+  }
   CHECK(mla_sparse_e4m3(0x7e) == 448.0);
   CHECK(mla_sparse_e4m3(0x08) == std::ldexp(1.0, -6));
   CHECK(mla_sparse_e4m3(0x01) == std::ldexp(1.0, -9));
