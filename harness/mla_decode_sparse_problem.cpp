@@ -329,7 +329,8 @@ class SparseProblem final : public Problem, public MlaSparseHooks {
       std::uniform_int_distribution<int> l(-2, topk + 5);
       s.lens.resize(static_cast<size_t>(n));
       for (auto& x : s.lens) x = l(gen);
-      s.lens[0] = 0;  // a token (or sequence) that reads nothing
+      s.lens[0] = 0;                                // a token (or sequence) that reads nothing
+      if (n > 1) s.lens.back() = topk + 3;         // one past topk, which the op clamps
       s.lens_d = DeviceBuffer(s.lens.size() * 4);
       s.lens_d.upload(s.lens);
     }
