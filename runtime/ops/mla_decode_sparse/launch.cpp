@@ -15,6 +15,7 @@
 #include "mla_decode_sparse/layout.cuh"
 #include "ops/launch_support.hpp"
 #include "ops/mla_decode/config.hpp"
+#include "ops/mla_decode/internal.hpp"
 #include "ops/mla_decode_sparse/internal.hpp"
 
 namespace attnjit {
@@ -160,16 +161,15 @@ void mla_decode_sparse(const MlaDecodeSparseArgs& a, const MlaDecodeSparsePlan& 
   if (combine == nullptr) return;
 
   // mla_decode's combine over the static split's slots; it applies the sink.
-  dense::CombineArgs ca{part_out, part_lse, a.out.data, static_cast<float*>(a.lse.data),
-                        q_rows,   splits,   0,          nullptr,
-                        nullptr,  static_cast<const float*>(a.attn_sink.data)};
-  jit::LaunchShape cshape;
-  cshape.grid[0] = static_cast<unsigned>(s.q_len * s.h);
-  cshape.grid[1] = static_cast<unsigned>(s.b);
-  cshape.block[0] = dense::kCombineThreads;
-  cshape.programmatic_dependent_launch = true;  // its prologue overlaps the main kernel's tail
-  void* combine_args[] = {&ca};
-  combine->launch(cshape, stream, combine_args);
+  mla_detail::SplitRun run;
+  run.combine = true;
+  run.splits = splits;
+  run.part_out = part_out;
+  run.part_lse = part_lse;
+  mla_detail::Sizes dense_sizes;
+  dense_sizes.b = s.b, dense_sizes.q_len = s.q_len, dense_sizes.h = s.h, dense_sizes.total_q = s.total_q;
+  mla_detail::launch_combine(*combine, run, a.out.data, static_cast<float*>(a.lse.data), q_rows,
+                             dense_sizes, stream, static_cast<const float*>(a.attn_sink.data));
 }
 
 void mla_decode_sparse(const MlaDecodeSparseArgs& a, CUstream stream,
