@@ -1,6 +1,7 @@
 // float64 reference for mla_decode_sparse and its comparison (mla_sparse_reference.hpp).
 #include "harness/mla_sparse_reference.hpp"
 
+#include "attnjit/ops/mla_decode_fp8.hpp"
 #include "harness/device.hpp"
 
 #include <algorithm>
@@ -51,12 +52,7 @@ size_t lse_offset(const MlaSparseProblem& p, int64_t g, int batch, int head) {
 
 }  // namespace
 
-double mla_sparse_e4m3(uint8_t code) {
-  if ((code & 0x7f) == 0x7f) return std::numeric_limits<double>::quiet_NaN();
-  const int e = (code >> 3) & 15, m = code & 7;
-  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
-  return code & 0x80 ? -v : v;
-}
+double mla_sparse_e4m3(uint8_t code) { return attnjit::e4m3_to_float(code); }  // exact in float
 
 void mla_sparse_dequantize(const uint8_t* row, bool fp8, double* out, bool products_in_bf16) {
   if (!fp8) {

@@ -1,7 +1,7 @@
 // mla_decode_sparse's helpers: the 656-byte quantizer and the index remap, their launches
 // and host references. The quantizer's reference computes the same f32 values as the
 // device (amax / 448 and x / scale correctly rounded, RN-even e4m3 with saturation), so
-// it is bit-exact against it.
+// it is bit-exact against it. The e4m3 encoder is mla_decode_fp8's (the same cvt rule).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "attnjit/error.hpp"
+#include "attnjit/ops/mla_decode_fp8.hpp"
 #include "attnjit/ops/mla_decode_sparse.hpp"
 #include "driver/driver.hpp"
 #include "mla_decode_sparse/layout.cuh"
@@ -25,23 +26,6 @@ float bf16_to_float(uint16_t b) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-
-// RN-even e4m3 (e4m3fn: no inf, 0x7f NaN) with saturation to ±448, as cvt.rn.satfinite.
-uint8_t e4m3_code(float x) {
-  if (std::isnan(x)) return 0x7f;
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  const double a = std::fabs(static_cast<double>(x));
-  int e = 0;
-  std::frexp(a, &e);                               // a = f · 2^e, f in [0.5, 1)
-  const int binade = std::max(e - 1, -6);          // subnormals share the 2^-6 binade's step
-  const double step = std::ldexp(1.0, binade - 3);  // 3 mantissa bits
-  const double v = std::nearbyint(a / step) * step;  // ties to even (default rounding mode)
-  if (v >= 448.0 || std::isinf(a)) return static_cast<uint8_t>(sign | 0x7e);
-  if (v < std::ldexp(1.0, -6)) return static_cast<uint8_t>(sign | static_cast<int>(v * 512.0));
-  int ve = 0;
-  const double f = std::frexp(v, &ve);
-  return static_cast<uint8_t>(sign | (ve - 1 + 7) << 3 | (static_cast<int>(f * 16.0) - 8));
 }
 
 Arch current_arch() {
@@ -63,7 +47,7 @@ void mla_sparse_quantize_row_host(const uint16_t* src, uint8_t* dst) {
     std::memcpy(dst + dev::kFp8ScaleOffset + 4 * b, &scale, 4);
     for (int k = 0; k < dev::kFp8ScaleBlock; ++k) {
       const int i = b * dev::kFp8ScaleBlock + k;
-      dst[i] = e4m3_code(bf16_to_float(src[i]) / scale);
+      dst[i] = e4m3_from_float(bf16_to_float(src[i]) / scale);  // mla_decode_fp8's encoder
     }
   }
   std::memcpy(dst + dev::kFp8RopeOffset, src + dev::kValueDim, 2 * dev::kRopeDims);
