@@ -311,4 +311,11 @@ MlaComparison mla_compare(const MlaProblem& p, const MlaReference& ref, std::spa
   return c;
 }
 
+double mla_lse_limit(std::span<const double> ref_lse, double per_unit) {
+  double m = 0.0;
+  for (double x : ref_lse)
+    if (std::isfinite(x)) m = std::max(m, std::abs(x));
+  return 1e-3 + per_unit * m;
+}
+
 }  // namespace attnjit::harness

@@ -83,6 +83,11 @@ struct MlaCompareLimits {
   double lse_abs = 1e-3;
 };
 
+// lse_abs for scores of any magnitude: 1e-3 + per_unit · max |lse| over the finite
+// reference values. The kernels keep scores in f32, so the lse error grows with |S|
+// (~1e-6 of it for bf16 wgmma; fp8 wgmma's accumulator loses more).
+double mla_lse_limit(std::span<const double> ref_lse, double per_unit);
+
 struct MlaComparison {
   // Numeric, over the reference's rows.
   double rel_l2 = 0.0;
