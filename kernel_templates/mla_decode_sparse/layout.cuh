@@ -62,17 +62,30 @@ struct Args {
   float scale_log2;   // softmax_scale · log2(e)
 };
 
-// Dynamic shared memory of the main kernel: Q, stages × gathered bf16 KV tiles, P, the
-// tiles' row indices, row statistics, mbarriers, rounded to the 1024-byte tile alignment,
+// The gather rings. bf16 rows go by 16-byte cp.async straight into the swizzled KV tiles,
+// so the KV ring is `stages` deep. fp8 rows go raw (as stored) into a ring of `stages`
+// staging tiles, rows kRawRowStride apart (656 B padded so that two rows' 64-byte quarters
+// fall in different banks), and the softmax warpgroup dequantizes one of them into a ring
+// of two bf16 KV tiles just before S needs it.
+inline constexpr int kRawRowStride = 704;
+ATTNJIT_PLAN int kv_stages(bool fp8, int stages) { return fp8 ? 2 : stages; }
+ATTNJIT_PLAN int raw_tile_bytes(int block_n) { return (block_n * kRawRowStride + 1023) / 1024 * 1024; }
+
+// Dynamic shared memory of the main kernel: Q, the KV tiles, P, the raw ring (fp8), each
+// tile's key validity, row statistics, mbarriers, rounded to the 1024-byte tile alignment,
 // plus 1024 to realign the dynamic base. The kernel's SharedStorage static_asserts it.
-ATTNJIT_PLAN unsigned smem_bytes(int block_n, int stages) {
+ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages) {
+  const int kv = kv_stages(fp8, stages);
   const int q_tile = 64 * kHeadDim * 2;        // 72 KiB
-  const int kv_tile = block_n * kHeadDim * 2;  // 72 KiB at 64 keys
+  const int kv_tile = block_n * kHeadDim * 2;  // 36 KiB at 32 keys
   const int p_tile = 64 * block_n * 2;
-  const int rows = stages * block_n * 4;       // each key's physical row (-1: masked)
-  const int stats = 3 * 64 * 4;                // row scale, max, sum
-  const int barriers = (1 + stages) * 8;
-  const int body = q_tile + kv_tile * stages + p_tile + rows + stats + barriers;
+  // The raw ring (tiles, their validity, their mbarriers) comes first, padded to the
+  // 1024-byte alignment of the Q tile after it.
+  const int raw = fp8 ? (stages * (raw_tile_bytes(block_n) + block_n * 4 + 8) + 1023) / 1024 * 1024 : 0;
+  const int valid = kv * block_n * 4;  // 1: the key's row is gathered
+  const int stats = 3 * 64 * 4;        // row scale, max, sum
+  const int barriers = (1 + kv) * 8;
+  const int body = raw + q_tile + kv_tile * kv + p_tile + valid + stats + barriers;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 

@@ -103,6 +103,10 @@ MlaDecodeSparseConfig mla_decode_sparse_default_config(MlaSparseLayout layout, i
   MlaDecodeSparseConfig c;
   c.cache_layout = layout;
   c.num_heads = num_heads;
+  // 32-key tiles, as many in flight as the 227 KiB hold: bf16 4 tiles of 36 KiB; fp8
+  // 3 raw tiles of 22 KiB beside its 2 bf16 tiles.
+  c.block_n = 32;
+  c.stages = layout == MlaSparseLayout::kFp8 ? 3 : 4;
   return c;
 }
 
@@ -111,7 +115,7 @@ namespace ops {
 void MlaSparseHelperConfig::validate() const { helper_table<kQuantize>().check_rules(*this); }
 
 unsigned mla_sparse_smem_bytes(const MlaDecodeSparseConfig& c) {
-  return dev::smem_bytes(c.block_n, c.stages);
+  return dev::smem_bytes(c.cache_layout == MlaSparseLayout::kFp8, c.block_n, c.stages);
 }
 
 const jit::Kernel& mla_sparse_main_kernel(const MlaDecodeSparseConfig& c, Arch arch) {
