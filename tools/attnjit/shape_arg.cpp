@@ -2,6 +2,8 @@
 // (tests/fuzz/fuzz_shape.cpp) links them without the benchmark.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -44,7 +46,13 @@ nlohmann::json parse_shape_json(const std::string& text) {
       if (used != v.size()) throw std::invalid_argument(v);
       j[k] = value;
     } catch (const std::logic_error&) {
-      fail_arg("--shape", fmt::format("{}={} is not an integer", k, v));
+      // A word (layout=bf16, sink=-inf) goes to the problem as a string; it names its words.
+      const bool word = std::any_of(v.begin(), v.end(), [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)); }) &&
+                        std::all_of(v.begin(), v.end(), [](char ch) {
+                          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '+' || ch == '_';
+                        });
+      if (!word) fail_arg("--shape", fmt::format("{}={} is neither an integer nor a word", k, v));
+      j[k] = v;
     }
   }
   return j;
