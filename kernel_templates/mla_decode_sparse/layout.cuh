@@ -62,12 +62,15 @@ struct Args {
   float scale_log2;   // softmax_scale · log2(e)
 };
 
-// The gather rings. bf16 rows go by 16-byte cp.async straight into the swizzled KV tiles,
+// The gather rings, filled by the two P·V warpgroups, each the half of every row whose V
+// columns it reads. bf16 rows go by 16-byte cp.async straight into the swizzled KV tiles,
 // so the KV ring is `stages` deep. fp8 rows go raw (as stored) into a ring of `stages`
-// staging tiles, rows kRawRowStride apart (656 B padded so that two rows' 64-byte quarters
-// fall in different banks), and the softmax warpgroup dequantizes one of them into a ring
-// of two bf16 KV tiles just before S needs it.
+// staging tiles, rows kRawRowStride apart: 656 B padded so that two rows' 64-byte quarters
+// fall in different banks, with room at kRawScaleCopy for the second half's own copy of
+// the row's scales. Each P·V warpgroup then widens its half of a raw tile into a ring of
+// two bf16 KV tiles, two tiles before S needs it.
 inline constexpr int kRawRowStride = 704;
+inline constexpr int kRawScaleCopy = kFp8RowBytes;  // [656, 672): the scales again, for half 1
 ATTNJIT_PLAN int kv_stages(bool fp8, int stages) { return fp8 ? 2 : stages; }
 ATTNJIT_PLAN int raw_tile_bytes(int block_n) { return (block_n * kRawRowStride + 1023) / 1024 * 1024; }
 
@@ -79,9 +82,9 @@ ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages) {
   const int q_tile = 64 * kHeadDim * 2;        // 72 KiB
   const int kv_tile = block_n * kHeadDim * 2;  // 36 KiB at 32 keys
   const int p_tile = 64 * block_n * 2;
-  // The raw ring (tiles, their validity, their mbarriers) comes first, padded to the
+  // The raw ring (tiles, their validity, an mbarrier per tile and half) comes first, padded to the
   // 1024-byte alignment of the Q tile after it.
-  const int raw = fp8 ? (stages * (raw_tile_bytes(block_n) + block_n * 4 + 8) + 1023) / 1024 * 1024 : 0;
+  const int raw = fp8 ? (stages * (raw_tile_bytes(block_n) + block_n * 4 + 2 * 8) + 1023) / 1024 * 1024 : 0;
   const int valid = kv * block_n * 4;  // 1: the key's row is gathered
   const int stats = 3 * 64 * 4;        // row scale, max, sum
   const int barriers = (1 + kv) * 8;

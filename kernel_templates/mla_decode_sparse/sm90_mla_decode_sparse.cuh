@@ -3,18 +3,23 @@
 //
 // One CTA = 64 heads (row tile blockIdx.x) of one query token (blockIdx.z = batch·q_len +
 // q_idx) over one split (blockIdx.y) of that token's key list: its main top-k keys, then
-// its extra-cache keys, cut into 64-key tiles. Query tokens of a sequence share no keys
-// (each has its own indices), so rows are never packed across tokens; h < 64 leaves the
-// tile's other rows idle (their output is discarded).
+// its extra-cache keys, cut into block_n-key tiles. Query tokens of a sequence share no
+// keys (each has its own indices), so rows are never packed across tokens; h < 64 leaves
+// the tile's other rows idle (their output is discarded).
 //
 // Three warpgroups, mla_decode's softmax_wg schedule (sm90_mla_decode.cuh) as the model:
-//   WG0  gathers KV tiles by index into the 128B-swizzled layout wgmma reads (bf16 rows by
-//        16-byte cp.async, zero-filled for a skipped index; fp8 rows loaded, dequantized
-//        to bf16 with their block scales and stored), then S = Q·Kᵀ, mask, online softmax;
-//        P and the row rescale factors to shared memory;
-//   WG1, WG2  O[:, half] = O·scale + P·V[:, half] (V = the first 512 columns of the tile).
-// A tile's stage is refilled once both P·V warpgroups are done with it (Bar::kPFree), so
-// the gather of tile i + 1 overlaps the P·V of tile i.
+//   WG0  per tile S = Q·Kᵀ, mask, online softmax; P and the row rescale factors to shared
+//        memory. Nothing else: its chain is the kernel's critical path.
+//   WG1, WG2  O[:, half] = O·scale + P·V[:, half] (V = the first 512 columns of the tile),
+//        and the gather, each the half of every row whose V columns it reads (and half
+//        the rope), as soon as its own P·V of the stage is done:
+//        bf16: rows by 16-byte cp.async straight into the swizzled KV ring (`stages` deep),
+//          completing on the stage's mbarrier; tile i + stages refills tile i's stage;
+//        fp8: rows as stored by cp.async into a raw ring (`stages` deep), then widened
+//          (e4m3 · block scale → bf16) into a ring of two KV tiles: after its P·V of tile
+//          i a warpgroup widens tile i + 2 into tile i's stage and refills the raw stage.
+//        Their kPFree arrival after that work is what lets WG0 reach tile i + 2's S, so
+//        the gather and widening overlap WG0's S and softmax of tile i + 1.
 //
 // Safety: an index outside [0, rows) is never dereferenced — its K/V row is zero-filled and
 // its score replaced by -inf, so NaN in unreferenced rows cannot reach the output. A row
@@ -50,17 +55,25 @@ struct Traits {
   static constexpr int kTileBytes = kChunks * kChunkBytes;  // 36 KiB at 32 keys
   static constexpr int kQBytes = kChunks * 64 * 128;       // Q [64 rows][576] bf16
   static constexpr int kPBytes = 64 * P.block_n * 2;       // P [64 rows][block_n keys] bf16
-  // P rows are one swizzle span: 64 keys fill 128 B, 32 keys 64 B.
-  static constexpr Swizzle kPSwizzle = P.block_n == 64 ? Swizzle::k128B : Swizzle::k64B;
+  static constexpr Swizzle kPSwizzle = Swizzle::k64B;       // a P row (32 keys) is one 64-byte span
   static constexpr int kHalfCols = kValueDim / 2;          // output columns per P·V warpgroup
-  static constexpr int kBarThreads = kThreads;             // kPFree, kPReady, kStats: all three
+  // Register budgets (setmaxnreg) within the 3 × 168 the launch grants: the P·V warpgroups
+  // hold O[64 × 256] (128 f32) and gather beside it; WG0 holds S[64 × block_n] only.
+  static constexpr int kSoftmaxRegs = 120;
+  static constexpr int kPvRegs = 192;
+  static_assert(kSoftmaxRegs + 2 * kPvRegs <= 3 * 168, "register budgets over the launch's");
+  static constexpr int kBarThreads = kThreads;             // kPFree, kPReady, kStats, kFirstTiles: all three
   static constexpr int kKvStages = kv_stages(kFp8, P.stages);
   static constexpr int kRawStages = kFp8 ? P.stages : 0;
   static constexpr int kRawBytes = raw_tile_bytes(P.block_n);
-  // The softmax warpgroup's threads per key when it gathers or dequantizes a tile.
+  // A P·V warpgroup's threads per key when it gathers or widens its half of a tile.
   static constexpr int kThreadsPerKey = kWarpgroupThreads / P.block_n;
+  static constexpr int kHalfUnits = kValueDim * 2 / 16 / 2;   // bf16 content: 16-byte units per half row
+  static constexpr int kHalfRopeUnits = kRopeDims * 2 / 16 / 2;  // bf16 rope: 4 per half row
 
-  static_assert(P.block_n == 32 || P.block_n == 64, "32- or 64-key tiles (P is one swizzle span)");
+  // 32-key tiles: 4 bf16 (or 3 raw fp8) in flight beside Q. 64-key tiles fit only 2 bf16
+  // stages, and their gather spilled the P·V warpgroups' registers.
+  static_assert(P.block_n == 32, "32-key tiles");
   static_assert(P.stages >= 2 && P.stages <= 4, "gather ring of 2..4 tiles");
   static_assert(P.num_heads >= 8 && P.num_heads <= 128, "h in 8..128");
 };
@@ -69,7 +82,7 @@ enum class Bar : u32 {
   kPFree = 1,     // both P·V warpgroups finished reading P and the scales of the last tile
   kPReady = 2,    // WG0 wrote P and the row scales of this tile
   kStats = 3,     // WG0 wrote the final row max and sum (it arrives, the P·V warpgroups wait)
-  kWg0 = 4,       // WG0 only: its gather bookkeeping (valid) or widened tile is complete
+  kFirstTiles = 4,  // the P·V warpgroups gathered (fp8: and widened) the first tiles
 };
 
 // The fp8 raw ring: rows as stored (kRawRowStride apart), filled by cp.async.
@@ -79,7 +92,7 @@ template <auto P>
 struct RawRing<P, true> {
   alignas(128) u8 raw[Traits<P>::kRawStages][Traits<P>::kRawBytes];
   int raw_valid[Traits<P>::kRawStages][P.block_n];  // 1: the key's row was gathered
-  MBarrier raw_full[Traits<P>::kRawStages];         // the 128 WG0 threads' cp.async landed
+  MBarrier raw_full[Traits<P>::kRawStages][2];      // per half: its 128 threads' cp.async landed
 };
 
 template <auto P>
@@ -93,7 +106,7 @@ struct SharedStorage : RawRing<P> {
   float row_max[64];                                  // final m (log2 units)
   float row_sum[64];                                  // final l
   MBarrier q_full;
-  MBarrier kv_full[T::kKvStages];  // bf16: the 128 WG0 threads' cp.async of a stage landed
+  MBarrier kv_full[T::kKvStages];  // bf16: both P·V warpgroups' cp.async of a stage landed
 };
 
 template <auto P>
@@ -180,41 +193,64 @@ ATTNJIT_DEVICE void cp_async_arrive(MBarrier* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
 
-// WG0 starts the gather of tile `tile` (relative index i) without waiting for it: key
-// tid / kThreadsPerKey, 16-byte units part, part + kThreadsPerKey, ... of its row, so the
-// threads of a key read adjacent units. A skipped key's units are zero-filled (src-size 0
-// reads nothing). bf16: into KV stage i % kKvStages at the swizzled places wgmma reads,
-// completing on kv_full; fp8: the row as stored into raw stage i % kRawStages, completing
-// on raw_full. `idx` is the key's index, loaded a tile earlier; on return it holds the
-// index of the same key of the next tile.
+// P·V warpgroup `half` starts the gather of its half of tile `tile` (relative index i)
+// without waiting for it: key tid / kThreadsPerKey, its 16-byte units part, part +
+// kThreadsPerKey, ... of the half, so the threads of a key read adjacent units. A skipped
+// key's units are zero-filled (src-size 0 reads nothing). bf16: content units [32·half,
+// +32) and rope units 64 + [4·half, +4) into KV stage i % kKvStages at the swizzled places
+// wgmma reads, completing on kv_full; fp8: content units [16·half, +16), rope units 33 +
+// [4·half, +4) and the scales (half 1's copy at kRawScaleCopy) into raw stage i % kRawStages
+// as stored, completing on raw_full[.][half]. `idx` is the key's index, loaded a tile
+// earlier; on return it holds the index of the same key of the next tile.
 template <auto P>
-ATTNJIT_DEVICE void gather_tile(SharedStorage<P>& s, const Args& a, const Work& w, int tile, int i, int& idx) {
+ATTNJIT_DEVICE void gather_tile(SharedStorage<P>& s, const Args& a, const Work& w, int tile, int i, int half,
+                                int& idx) {
   using T = Traits<P>;
+  constexpr int kTpk = T::kThreadsPerKey;
   const int tid = thread_in_warpgroup();
-  const int key = tid / T::kThreadsPerKey, part = tid % T::kThreadsPerKey;
+  const int key = tid / kTpk, part = tid % kTpk;
   const int j = tile * P.block_n + key;
   const u8* row = key_row<P>(a, w, j, idx);
   idx = key_index<P>(a, w, j + P.block_n);
   const u8* src = row != nullptr ? row : static_cast<const u8*>(a.main.rows);
   const u32 src_bytes = row != nullptr ? 16u : 0u;
+  const bool marks = half == 0 && part == 0;  // the one thread that records the key's validity
   // Shared addresses as u32 throughout: `s` was realigned through integer arithmetic, so
   // plain pointer stores would be generic ones (common/smem.cuh).
   if constexpr (!T::kFp8) {
     const int st = i % T::kKvStages;
-    if (part == 0) st_shared_u32(smem_u32(&s.valid[st][key]), row != nullptr ? 1u : 0u);
+    if (marks) st_shared_u32(smem_u32(&s.valid[st][key]), row != nullptr ? 1u : 0u);
     const u32 dst0 = smem_u32(s.kv[st]);
 #pragma unroll
-    for (int u = part; u < kBf16RowBytes / 16; u += T::kThreadsPerKey)
-      cp_async_16(dst0 + KTile<P>::byte_offset(static_cast<u32>(key), static_cast<u32>(16 * u)), src + 16 * u,
-                  src_bytes);
+    for (int k = 0; k < T::kHalfUnits / kTpk; ++k) {
+      const int u = half * T::kHalfUnits + part + k * kTpk;
+      cp_async_16(dst0 + KTile<P>::byte_offset(key, 16 * u), src + 16 * u, src_bytes);
+    }
+#pragma unroll
+    for (int k = 0; k < (T::kHalfRopeUnits + kTpk - 1) / kTpk; ++k) {
+      const int u = 2 * T::kHalfUnits + half * T::kHalfRopeUnits + part + k * kTpk;
+      if (part + k * kTpk < T::kHalfRopeUnits)
+        cp_async_16(dst0 + KTile<P>::byte_offset(key, 16 * u), src + 16 * u, src_bytes);
+    }
     cp_async_arrive(&s.kv_full[st]);
   } else {
+    constexpr int kContent = kValueDim / 16 / 2;  // e4m3 content: 16 units per half row
     const int st = i % T::kRawStages;
-    if (part == 0) st_shared_u32(smem_u32(&s.raw_valid[st][key]), row != nullptr ? 1u : 0u);
+    if (marks) st_shared_u32(smem_u32(&s.raw_valid[st][key]), row != nullptr ? 1u : 0u);
     const u32 dst0 = smem_u32(s.raw[st]) + static_cast<u32>(key * kRawRowStride);
 #pragma unroll
-    for (int u = part; u < kFp8RowBytes / 16; u += T::kThreadsPerKey) cp_async_16(dst0 + 16 * u, src + 16 * u, src_bytes);
-    cp_async_arrive(&s.raw_full[st]);
+    for (int k = 0; k < kContent / kTpk; ++k) {
+      const int u = half * kContent + part + k * kTpk;
+      cp_async_16(dst0 + 16 * u, src + 16 * u, src_bytes);
+    }
+#pragma unroll
+    for (int k = 0; k < (T::kHalfRopeUnits + kTpk - 1) / kTpk; ++k) {
+      const int off = kFp8RopeOffset + 16 * (half * T::kHalfRopeUnits + part + k * kTpk);
+      if (part + k * kTpk < T::kHalfRopeUnits) cp_async_16(dst0 + off, src + off, src_bytes);
+    }
+    if (part == kTpk - 1)  // the scales: each half its own copy
+      cp_async_16(dst0 + (half == 0 ? kFp8ScaleOffset : kRawScaleCopy), src + kFp8ScaleOffset, src_bytes);
+    cp_async_arrive(&s.raw_full[st][half]);
   }
 }
 
@@ -227,50 +263,54 @@ ATTNJIT_DEVICE void e4m3x2_to_f32(unsigned short v, float& lo, float& hi) {
       : "r"(h2));
 }
 
-// fp8, WG0: raw stage i % kRawStages (landed) → KV stage i % 2 in bf16: content = e4m3 ·
-// its 128-block's scale rounded to bf16 (a skipped key's zero-filled row gives 0), rope
-// copied, the key's validity carried over. Key tid / kThreadsPerKey, content units of 16
-// values part, part + kThreadsPerKey, ... (adjacent threads read adjacent 16 bytes). Ends
-// with the stores visible to wgmma and WG0 past kWg0, so the raw stage may be refilled.
+// fp8, P·V warpgroup `half`: its half of raw stage i % kRawStages (once landed) → KV stage
+// i % 2 in bf16: content = e4m3 · its 128-block's scale rounded to bf16 (a skipped key's
+// zero-filled row gives 0), its rope units copied, the key's validity carried over (half
+// 0). Key tid / kThreadsPerKey, content units of 16 values part, part + kThreadsPerKey, ...
+// Ends with the stores fenced for wgmma; the caller's kPFree arrival publishes them.
 template <auto P>
-ATTNJIT_DEVICE void widen_tile(SharedStorage<P>& s, int i) {
+ATTNJIT_DEVICE void widen_tile(SharedStorage<P>& s, int i, int half) {
   using T = Traits<P>;
+  constexpr int kTpk = T::kThreadsPerKey;
+  constexpr int kContent = kValueDim / 16 / 2;  // 16-value units per half row
   const int tid = thread_in_warpgroup();
-  const int key = tid / T::kThreadsPerKey, part = tid % T::kThreadsPerKey;
+  const int key = tid / kTpk, part = tid % kTpk;
   const int rst = i % T::kRawStages, st = i % T::kKvStages;
-  mbarrier_wait(&s.raw_full[rst], static_cast<u32>(i / T::kRawStages) & 1u);
+  mbarrier_wait(&s.raw_full[rst][half], static_cast<u32>(i / T::kRawStages) & 1u);
   const u32 src = smem_u32(s.raw[rst]) + static_cast<u32>(key * kRawRowStride);
   const u32 dst0 = smem_u32(s.kv[st]);
-  if (part == 0) st_shared_u32(smem_u32(&s.valid[st][key]), ld_shared_u32(smem_u32(&s.raw_valid[rst][key])));
-  const uint4 sc4 = ld_shared_16(src + kFp8ScaleOffset);
-  const float scale[kFp8Scales] = {__uint_as_float(sc4.x), __uint_as_float(sc4.y), __uint_as_float(sc4.z),
-                                   __uint_as_float(sc4.w)};
-  // Unit u = part + k·kThreadsPerKey lies in block (k·kThreadsPerKey) / 8 for every part
-  // (kThreadsPerKey divides 8): a constant index, so `scale` stays in registers.
-  static_assert(8 % T::kThreadsPerKey == 0, "a unit's scale block must not depend on part");
+  if (half == 0 && part == 0)
+    st_shared_u32(smem_u32(&s.valid[st][key]), ld_shared_u32(smem_u32(&s.raw_valid[rst][key])));
+  const uint4 sc4 = ld_shared_16(src + (half == 0 ? kFp8ScaleOffset : kRawScaleCopy));
+  // This half's two scales: unit u = 16·half + part + k·kTpk lies in block 2·half +
+  // (k·kTpk) / 8 for every part (kTpk divides 8), so the choice is a constant.
+  static_assert(8 % kTpk == 0, "a unit's scale block must not depend on part");
+  const float scale[2] = {__uint_as_float(half == 0 ? sc4.x : sc4.z), __uint_as_float(half == 0 ? sc4.y : sc4.w)};
 #pragma unroll
-  for (int k = 0; k < kValueDim / 16 / T::kThreadsPerKey; ++k) {  // 16 e4m3 → 32 bytes of bf16
-    const int u = part + k * T::kThreadsPerKey;
+  for (int k = 0; k < kContent / kTpk; ++k) {  // 16 e4m3 → 32 bytes of bf16
+    const int u = half * kContent + part + k * kTpk;
     const uint4 raw = ld_shared_16(src + 16 * u);
-    const float sc = scale[k * T::kThreadsPerKey * 16 / kFp8ScaleBlock];
+    const float sc = scale[k * kTpk / 8];
     const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
     u32 out[8];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int q = 0; q < 4; ++q) {
       float f0, f1, f2, f3;
-      e4m3x2_to_f32(static_cast<unsigned short>(words[k] & 0xffffu), f0, f1);
-      e4m3x2_to_f32(static_cast<unsigned short>(words[k] >> 16), f2, f3);
-      out[2 * k] = pack2<DType::kBF16>(f0 * sc, f1 * sc);
-      out[2 * k + 1] = pack2<DType::kBF16>(f2 * sc, f3 * sc);
+      e4m3x2_to_f32(static_cast<unsigned short>(words[q] & 0xffffu), f0, f1);
+      e4m3x2_to_f32(static_cast<unsigned short>(words[q] >> 16), f2, f3);
+      out[2 * q] = pack2<DType::kBF16>(f0 * sc, f1 * sc);
+      out[2 * q + 1] = pack2<DType::kBF16>(f2 * sc, f3 * sc);
     }
     st_shared_16(dst0 + KTile<P>::byte_offset(key, 32 * u), make_uint4(out[0], out[1], out[2], out[3]));
     st_shared_16(dst0 + KTile<P>::byte_offset(key, 32 * u + 16), make_uint4(out[4], out[5], out[6], out[7]));
   }
 #pragma unroll
-  for (int u = part; u < kRopeDims * 2 / 16; u += T::kThreadsPerKey)  // 8 rope units of 8 bf16, as stored
-    st_shared_16(dst0 + KTile<P>::byte_offset(key, 2 * kValueDim + 16 * u), ld_shared_16(src + kFp8RopeOffset + 16 * u));
+  for (int k = 0; k < (T::kHalfRopeUnits + kTpk - 1) / kTpk; ++k) {  // rope, 8 bf16 per unit, as stored
+    const int u = half * T::kHalfRopeUnits + part + k * kTpk;
+    if (part + k * kTpk < T::kHalfRopeUnits)
+      st_shared_16(dst0 + KTile<P>::byte_offset(key, 2 * kValueDim + 16 * u), ld_shared_16(src + kFp8RopeOffset + 16 * u));
+  }
   fence_proxy_async_smem();  // the generic-proxy stores are read by wgmma (async proxy)
-  named_barrier_sync(static_cast<u32>(Bar::kWg0), kWarpgroupThreads);
 }
 
 struct RowState {
@@ -278,28 +318,17 @@ struct RowState {
   float l[2];  // running sum of exp2 (this thread's columns; reduced at the end)
 };
 
-// WG0: runs the gather ahead, then per tile S = Q·Kᵀ, mask, online softmax; P and scales to
-// shared memory. bf16: tiles i + 1 .. i + stages - 1 are in flight while S runs on tile i.
-// fp8: raw tiles i + 1 .. i + stages are in flight, tile i + 1 is widened after tile i's
-// P is handed over (while the P·V warpgroups run), and its raw stage refilled.
+// WG0: per tile S = Q·Kᵀ, mask, online softmax; P and scales to shared memory. Tile i's
+// rows and validity were published by the P·V warpgroups' kPFree arrival after their tile
+// i - 2 (or, for the first tiles, kFirstTiles); bf16 data also completes on kv_full.
 template <auto P>
 ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w) {
   using T = Traits<P>;
   const int tid = thread_in_warpgroup();
   float sc[P.block_n / 2];  // S, then P: [64 × block_n] accumulator fragment
   RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
-  constexpr int kAhead = T::kFp8 ? T::kRawStages : T::kKvStages - 1;  // tiles gathered before the loop
-  int idx = key_index<P>(a, w, w.tile_begin * P.block_n + tid / T::kThreadsPerKey);
-  for (int i = 0; i < kAhead && w.tile_begin + i < w.tile_end; ++i)
-    gather_tile<P>(s, a, w, w.tile_begin + i, i, idx);
-  if constexpr (!T::kFp8) {
-    named_barrier_sync(static_cast<u32>(Bar::kWg0), kWarpgroupThreads);  // valid[] of the first tiles
-  } else {
-    if (w.tile_begin < w.tile_end) {
-      widen_tile<P>(s, 0);
-      if (w.tile_begin + kAhead < w.tile_end) gather_tile<P>(s, a, w, w.tile_begin + kAhead, kAhead, idx);
-    }
-  }
+  // The P·V warpgroups gathered the first tiles (and their validity); fp8: widened two.
+  named_barrier_sync(static_cast<u32>(Bar::kFirstTiles), T::kBarThreads);
   if (w.tile_begin < w.tile_end) mbarrier_wait(&s.q_full, 0);
   const u32 q_addr = smem_u32(s.q);
   for (int tile = w.tile_begin, i = 0; tile < w.tile_end; ++tile, ++i) {
@@ -366,13 +395,6 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const Args& a, const 
     }
     fence_proxy_async_smem();  // P is read by the P·V warpgroups' wgmma
     named_barrier_arrive(static_cast<u32>(Bar::kPReady), T::kBarThreads);
-    // Past kPFree the P·V warpgroups are done with tile i - 1, so its KV stage is free.
-    if constexpr (!T::kFp8) {
-      if (tile + kAhead < w.tile_end) gather_tile<P>(s, a, w, tile + kAhead, i + kAhead, idx);
-    } else if (tile + 1 < w.tile_end) {
-      widen_tile<P>(s, i + 1);  // into tile i - 1's KV stage; its raw stage is then free
-      if (tile + 1 + kAhead < w.tile_end) gather_tile<P>(s, a, w, tile + 1 + kAhead, i + 1 + kAhead, idx);
-    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -432,7 +454,8 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
   }
 }
 
-// WG1 / WG2: O[:, half·256 + 0..256) = O·scale + P · V[:, same columns], P from smem.
+// WG1 / WG2: O[:, half·256 + 0..256) = O·scale + P · V[:, same columns], P from smem; and
+// the gather (fp8: and widening) of this half of every row, run ahead (see the top).
 template <auto P>
 ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w, const Seq& seq,
                                  int half) {
@@ -443,6 +466,18 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
   for (int i = 0; i < T::kHalfCols / 2; ++i) o[i] = 0.0f;
   const u32 p_addr = smem_u32(s.p);
   const u32 v_col_byte = static_cast<u32>(half * T::kHalfCols * 2);
+  const int tiles = w.tile_end - w.tile_begin;
+  // bf16: the ring's tiles ahead of S; fp8: the raw ring's, of which two are widened.
+  constexpr int kAhead = T::kFp8 ? T::kRawStages : T::kKvStages;
+  int idx = key_index<P>(a, w, w.tile_begin * P.block_n + tid / T::kThreadsPerKey);
+  for (int i = 0; i < kAhead && i < tiles; ++i) gather_tile<P>(s, a, w, w.tile_begin + i, i, half, idx);
+  if constexpr (T::kFp8) {
+    for (int i = 0; i < 2 && i < tiles; ++i) {
+      widen_tile<P>(s, i, half);
+      if (i + kAhead < tiles) gather_tile<P>(s, a, w, w.tile_begin + i + kAhead, i + kAhead, half, idx);
+    }
+  }
+  named_barrier_arrive(static_cast<u32>(Bar::kFirstTiles), T::kBarThreads);
   for (int tile = w.tile_begin, i = 0; tile < w.tile_end; ++tile, ++i) {
     const int st = i % T::kKvStages;
     if (tile == w.tile_begin) named_barrier_arrive(static_cast<u32>(Bar::kPFree), T::kBarThreads);
@@ -451,7 +486,7 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
       // Already complete (WG0 waited on it first): makes the cp.async data visible here.
       mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / T::kKvStages) & 1u);
       fence_proxy_async_smem();
-    }  // fp8: WG0 widened the tile, fenced, then arrived on kPReady
+    }  // fp8: this warpgroup widened its half of the tile itself, and fenced
     const u32 v_addr = smem_u32(s.kv[st]);
     const float scale0 = ld_shared_f32(smem_u32(&s.row_scale[wgmma_acc_coord(tid, 0).row]));
     const float scale1 = ld_shared_f32(smem_u32(&s.row_scale[wgmma_acc_coord(tid, 2).row]));
@@ -465,6 +500,13 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(o);
+    // This half of stage st is read: refill it, then let WG0 on (kPFree also publishes it).
+    if constexpr (!T::kFp8) {
+      if (i + kAhead < tiles) gather_tile<P>(s, a, w, tile + kAhead, i + kAhead, half, idx);
+    } else if (i + 2 < tiles) {
+      widen_tile<P>(s, i + 2, half);  // its raw stage is then free
+      if (i + 2 + kAhead < tiles) gather_tile<P>(s, a, w, tile + 2 + kAhead, i + 2 + kAhead, half, idx);
+    }
     if (tile + 1 < w.tile_end) named_barrier_arrive(static_cast<u32>(Bar::kPFree), T::kBarThreads);
   }
   named_barrier_sync(static_cast<u32>(Bar::kStats), T::kBarThreads);
@@ -491,10 +533,12 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
     prefetch_tma_desc(q_map);
     mbarrier_init(&s.q_full, 1);
-    // One arrival per WG0 thread, fired by its cp.async (cp_async_arrive).
-    for (int i = 0; i < Traits<P>::kKvStages; ++i) mbarrier_init(&s.kv_full[i], kWarpgroupThreads);
+    // One arrival per gathering thread, fired by its cp.async (cp_async_arrive): both P·V
+    // warpgroups fill a KV stage; a raw stage's half is one warpgroup's.
+    for (int i = 0; i < Traits<P>::kKvStages; ++i) mbarrier_init(&s.kv_full[i], 2 * kWarpgroupThreads);
     if constexpr (Traits<P>::kFp8)
-      for (int i = 0; i < Traits<P>::kRawStages; ++i) mbarrier_init(&s.raw_full[i], kWarpgroupThreads);
+      for (int i = 0; i < Traits<P>::kRawStages; ++i)
+        for (int h = 0; h < 2; ++h) mbarrier_init(&s.raw_full[i][h], kWarpgroupThreads);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -504,10 +548,13 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     for (int c = 0; c < Traits<P>::kChunks; ++c)
       tma_load_2d(q_map, &s.q_full, s.q + c * 64 * 128, c * 64, q_row);
   }
-  if (wg == 0)
+  if (wg == 0) {
+    warpgroup_reg_dealloc<Traits<P>::kSoftmaxRegs>();
     softmax_warpgroup<P>(s, args, w);
-  else
+  } else {
+    warpgroup_reg_alloc<Traits<P>::kPvRegs>();
     pv_warpgroup<P>(s, args, w, seq, wg - 1);
+  }
   pdl_launch_dependents();  // the combine kernel may start its prologue
 }
 
