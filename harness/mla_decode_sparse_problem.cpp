@@ -54,7 +54,9 @@ struct SparseCase {
 SparseCase read_case(const json& s) {
   if (!s.is_object()) fail_arg("mla_decode_sparse shape", "must be a JSON object");
   SparseCase c;
-  for (const auto& [key, v] : s.items()) {
+  for (const auto& item : s.items()) {  // no structured binding: clang 14 cannot capture one
+    const std::string& key = item.key();
+    const json& v = item.value();
     const std::string where = fmt::format("mla_decode_sparse shape key '{}'", key);
     auto int_in = [&](int lo, int hi) {
       if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
