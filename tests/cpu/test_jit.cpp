@@ -157,6 +157,7 @@ TEST_CASE("every op's default set compiles for every declared arch", "[jit][nvrt
       for (const nlohmann::json& config : op.default_set()) {
         INFO(op.name << " " << arch.name() << " " << config.dump());
         const jit::CompiledKernel k = jit::compile_recipe(op.recipe(config, arch));
+        INFO("entry " << k.lowered_name << "\nptxas log:\n" << k.log);
         REQUIRE(k.ptxas.parsed);
         CHECK(k.ptxas.spill_store_bytes == 0);
         CHECK(k.ptxas.spill_load_bytes == 0);
