@@ -79,7 +79,8 @@ struct Traits {
 };
 
 enum class Bar : u32 {
-  kPFree = 1,     // both P·V warpgroups finished reading P and the scales of the last tile
+  kPFree = 1,     // both P·V warpgroups read P and the scales of the last tile, and
+                  // finished the gather / widening that followed it (WG0 reads those later)
   kPReady = 2,    // WG0 wrote P and the row scales of this tile
   kStats = 3,     // WG0 wrote the final row max and sum (it arrives, the P·V warpgroups wait)
   kFirstTiles = 4,  // the P·V warpgroups gathered (fp8: and widened) the first tiles
@@ -188,7 +189,7 @@ ATTNJIT_DEVICE void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
 }
 
 // The mbarrier's arrival for this thread fires when its earlier cp.async have landed
-// (.noinc: the barrier's count of 128 already holds it).
+// (.noinc: the barrier's count, one per gathering thread, already holds it).
 ATTNJIT_DEVICE void cp_async_arrive(MBarrier* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
