@@ -34,6 +34,8 @@ if ! { cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
   exit 1
 fi
 echo "built in $(( $(date +%s) - start )) s"
+# The commit may be stale in a copied tree; the templates digest names the kernel sources.
+"$BUILD_DIR/attnjit" --version | tee "$OUT_DIR/version.txt"
 
 if [ "${ATTNJIT_TESTS:-1}" != 0 ]; then
 echo "== tests"

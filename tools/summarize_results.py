@@ -62,7 +62,9 @@ def main():
     out = sys.argv[1]
     build_failed = "--build-failed" in sys.argv
     gpu = open(os.path.join(out, "gpu.txt")).read().strip() if os.path.exists(os.path.join(out, "gpu.txt")) else "?"
-    results = {"gpu": gpu, "commit": os.environ.get("ATTNJIT_COMMIT", "unknown"),
+    version_path = os.path.join(out, "version.txt")  # `attnjit --version`: commit and templates digest
+    version = open(version_path).read().strip() if os.path.exists(version_path) else "?"
+    results = {"gpu": gpu, "commit": os.environ.get("ATTNJIT_COMMIT", "unknown"), "version": version,
                "build_failed": build_failed, "tests": {}, "benchmarks": []}
     ok = not build_failed
     if not build_failed:
@@ -80,7 +82,7 @@ def main():
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
 
-    print(f"GPU: {gpu.splitlines()[-1] if gpu else '?'}  commit {results['commit']}")
+    print(f"GPU: {gpu.splitlines()[-1] if gpu else '?'}  commit {results['commit']}  ({version})")
     for kind, c in results["tests"].items():
         print(f"{kind} tests: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped")
         for f in c["failures"]:

@@ -8,6 +8,8 @@
 
 #include "attnjit/ops/tma_copy.hpp"
 #include "driver/driver.hpp"
+#include "jit/embedded.hpp"
+#include "jit/key_record.hpp"
 #include "support/catch.hpp"
 #include "test_cache_support.hpp"
 #include "tuning/db.hpp"
@@ -201,4 +203,16 @@ TEST_CASE("tune cli: precompile also builds the database's tuned configs of its 
   REQUIRE(run_cli("cache clear --cache-dir " + q(s.root())).rc == 0);
   CHECK(fs::exists(s.root() + "/tuning.json"));
   CHECK(tuning::read_db(s.root() + "/tuning.json").environments.size() == 2);
+}
+
+TEST_CASE("attnjit --version names the commit and the kernel templates' digest", "[cli]") {
+  const auto r = run_cli("--version");
+  REQUIRE(r.rc == 0);
+  // The digest is the cache key's embedded-headers hash: one source tree, one digest.
+  const std::string digest = jit::embedded_headers_hash(jit::embedded_templates()).substr(0, 12);
+  CHECK(r.out.find("kernel templates " + digest) != std::string::npos);
+  CHECK(r.out.find("commit ") != std::string::npos);
+  // A different template set has a different digest.
+  const jit::EmbeddedFile one{"common/x.cuh", "x"};
+  CHECK(jit::embedded_headers_hash({&one, 1}).substr(0, 12) != digest);
 }

@@ -17,7 +17,9 @@
 #include "cli.hpp"
 #include "driver/driver.hpp"
 #include "harness/problem.hpp"
+#include "jit/embedded.hpp"
 #include "jit/kernel_table.hpp"
+#include "jit/key_record.hpp"
 #include "ops/registry.hpp"
 
 #ifndef ATTNJIT_GIT_COMMIT
@@ -29,6 +31,11 @@ namespace attnjit::cli {
 std::string commit() {
   if (const char* c = std::getenv("ATTNJIT_COMMIT"); c && *c) return c;
   return ATTNJIT_GIT_COMMIT;
+}
+
+std::string templates_digest() {
+  static const std::string digest = jit::embedded_headers_hash(jit::embedded_templates()).substr(0, 12);
+  return digest;
 }
 
 namespace {
@@ -82,6 +89,7 @@ bool bench_case(const harness::ProblemKind& kind, const nlohmann::json& shape, c
   j["op"] = kind.op;
   j["gpu"] = dev.name;
   j["commit"] = commit();
+  j["templates"] = templates_digest();
   j["shape"] = problem->case_json();
   j["config"] = run.config;
   j["config_source"] = run.config_source;
@@ -196,6 +204,7 @@ int bench_dispatch(const BenchOptions& o) {
     j["op"] = "dispatch";
     j["gpu"] = ctx.info.name;
     j["commit"] = commit();
+    j["templates"] = templates_digest();
     j["raw_launch_us"] = raw_us;
     j["op_call_us"] = op_us;
     j["overhead_us"] = op_us - raw_us;
@@ -223,11 +232,12 @@ int run_bench(const BenchOptions& o) {
     j["kind"] = "copy";
     j["gpu"] = ctx.info.name;
     j["commit"] = commit();
+    j["templates"] = templates_digest();
     j["gbps"] = copy_gbps;
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("{} on {} (commit {}); device-to-device copy {:.1f} GB/s\n", o.op, ctx.info.name, commit(),
-               copy_gbps);
+    fmt::print("{} on {} (commit {}, kernel templates {}); device-to-device copy {:.1f} GB/s\n", o.op,
+               ctx.info.name, commit(), templates_digest(), copy_gbps);
   }
   bool all_ok = true;
   for (const nlohmann::json& c : cases) all_ok = bench_case(kind, c, o, ctx.info, copy_gbps) && all_ok;

@@ -32,5 +32,9 @@ int run_demo();
 
 // The commit this binary was built from ($ATTNJIT_COMMIT overrides).
 std::string commit();
+// The first 12 hex digits of the digest of every embedded kernel template (the cache key's
+// embedded-headers hash): names the kernel sources a result came from even where the
+// build's git commit is stale or unknown (a copied tree, an edited checkout).
+std::string templates_digest();
 
 }  // namespace attnjit::cli

@@ -102,7 +102,10 @@ int cmd_compile(const std::string& op_name, const std::string& config, const std
 int main(int argc, char** argv) {
   CLI::App app{"attnjit: JIT-compiled attention kernels (NVRTC → cubin → CUDA driver)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("attnjit ") + ATTNJIT_VERSION);
+  app.set_version_flag("--version", std::function<std::string()>([] {  // run when asked: it hashes the templates
+    return fmt::format("attnjit {} (commit {}, kernel templates {})", ATTNJIT_VERSION, cli::commit(),
+                       cli::templates_digest());
+  }));
 
   bool list_json = false;
   auto* list = app.add_subcommand("list", "ops, their config fields and allowed values, archs");
