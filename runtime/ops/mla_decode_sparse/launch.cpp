@@ -59,9 +59,9 @@ int mla_decode_sparse_splits(const MlaDecodeSparseShape& s, int sm_count) {
   if (s.num_splits > 0) return s.num_splits;
   // One CTA per (token, 64-head tile). Fewer CTAs than SMs leave SMs idle for the whole
   // call: cut each token's key list into enough runs to fill one wave, but keep every run
-  // at least 4 tiles long so the Q load, pipeline fill and combine stay small against it.
+  // at least 256 keys long so the Q load, pipeline fill and combine stay small against it.
   const int64_t ctas = int64_t{s.batch} * s.q_len * row_tiles(s.num_heads);
-  const int64_t tiles = (int64_t{s.topk} + s.topk_extra + 63) / 64;
+  const int64_t tiles = (int64_t{s.topk} + s.topk_extra + 63) / 64;  // of 64 keys, whatever block_n
   if (ctas <= 0 || ctas >= sm_count) return 1;
   const int64_t want = (sm_count + ctas - 1) / ctas;
   return static_cast<int>(std::clamp<int64_t>(std::min(want, tiles / 4), 1, sparse_detail::kMaxSplits));

@@ -95,8 +95,8 @@ MlaDecodeSparseShape mla_decode_sparse_shape(const MlaDecodeSparseArgs& args);
 MlaDecodeSparseConfig mla_decode_sparse_default_config(MlaSparseLayout layout, int num_heads);
 
 // The split over the top-k: each token's key list (main then extra) is cut into
-// num_splits runs of 64-key tiles; num_splits > 1 writes f32 partials that mla_decode's
-// combine merges (attn_sink applied there). The grid is fixed by the plan.
+// num_splits runs of the config's block_n-key tiles; num_splits > 1 writes f32 partials
+// that mla_decode's combine merges (attn_sink applied there). The grid is fixed by the plan.
 struct MlaDecodeSparsePlan {
   MlaDecodeSparseShape shape;
   MlaDecodeSparseConfig config;
