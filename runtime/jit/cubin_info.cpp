@@ -21,6 +21,7 @@ struct Section {
 };
 
 constexpr uint32_t kShtSymtab = 2;
+constexpr uint32_t kShtNobits = 8;  // .nv.shared.*: a size, but no bytes in the file
 constexpr uint8_t kEifmtSval = 0x04;
 constexpr uint8_t kEiattrFrameSize = 0x11;
 constexpr uint8_t kEiattrRegcount = 0x2f;
@@ -43,8 +44,12 @@ std::optional<CubinResources> cubin_resources(const std::vector<char>& cubin,
     Section& s = sections[i];
     if (!read(cubin, h + 0, s.name) || !read(cubin, h + 4, s.type) ||
         !read(cubin, h + 24, s.offset) || !read(cubin, h + 32, s.size) ||
-        !read(cubin, h + 40, s.link) || s.offset + s.size > cubin.size())
+        !read(cubin, h + 40, s.link))
       return std::nullopt;
+    // A NOBITS section's size is memory the loader reserves (a kernel's static shared
+    // memory), not file bytes: its offset + size may lie past the end of the file.
+    if (s.type == kShtNobits) s.size = 0;
+    if (s.offset > cubin.size() || s.size > cubin.size() - s.offset) return std::nullopt;
   }
   auto c_string = [&](const Section& table, uint32_t at) -> std::string_view {
     if (at >= table.size) return {};

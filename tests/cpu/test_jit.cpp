@@ -159,6 +159,12 @@ TEST_CASE("every op's default set compiles for every declared arch", "[jit][nvrt
         const jit::CompiledKernel k = jit::compile_recipe(op.recipe(config, arch));
         INFO("entry " << k.lowered_name << "\nptxas log:\n" << k.log);
         REQUIRE(k.ptxas.parsed);
+        // The cubin fallback (used where NVRTC returns no log) must read every shipped
+        // kernel, static shared memory included, and agree with ptxas where both exist.
+        const auto res = jit::cubin_resources(k.cubin, k.lowered_name);
+        REQUIRE(res.has_value());
+        CHECK(res->registers == k.ptxas.registers);
+        CHECK(res->frame_bytes == k.ptxas.stack_frame_bytes);
         CHECK(k.ptxas.spill_store_bytes == 0);
         CHECK(k.ptxas.spill_load_bytes == 0);
         CHECK(k.ptxas.stack_frame_bytes == 0);
