@@ -9,7 +9,8 @@
 # Usage: tools/sanitize_host.sh [asan|tsan|all]   (default all)
 # ASAN_TEST_FILTER appends to the asan run's Catch2 filter, e.g. "~[default-set]" to skip
 # compiling every op's default set (NVRTC, not our code, is nearly all of that test's time).
-# Any sanitizer report fails the run: UBSan does not recover, ASan/TSan exit non-zero.
+# Any sanitizer report fails the run: UBSan does not recover, ASan/TSan exit non-zero,
+# and a report from any process the tests start is printed and fails it (show_reports).
 # With g++ (the compiler the project builds with); CXX=clang++ works too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,21 +28,42 @@ configure_build() {  # dir, flags
   cmake --build "$dir" --target attnjit_tests
 }
 
+# The tests start CLI processes (built with the same sanitizer) with their stderr
+# discarded, so every process writes its reports to log_path files instead: printed here,
+# and any report fails the run even where the test only saw a failed child.
+show_reports() {  # dir, test exit status
+  local logs="$1" rc="$2" f
+  for f in "$logs"/*; do
+    [ -e "$f" ] || continue
+    echo "== sanitizer report: $(basename "$f") =="
+    cat "$f"
+    [ "$rc" -ne 0 ] || rc=1
+  done
+  rm -rf "$logs"
+  return "$rc"
+}
+
 run_asan() {
   configure_build build-asan \
     "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
   # detect_leaks: a leak is a report too. NVRTC's own allocations are not ours: the
   # suppressions file names them.
-  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1" \
+  local logs; logs="$(mktemp -d)"
+  local rc=0
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:log_path=$logs/asan" \
   LSAN_OPTIONS="suppressions=$PWD/tools/sanitizer/lsan.supp:print_suppressions=0" \
-  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-    build-asan/tests/attnjit_tests "~[gpu]${ASAN_TEST_FILTER:-}"
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan" \
+    build-asan/tests/attnjit_tests "~[gpu]${ASAN_TEST_FILTER:-}" || rc=$?
+  show_reports "$logs" "$rc"
 }
 
 run_tsan() {
   configure_build build-tsan "-fsanitize=thread -fno-omit-frame-pointer"
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/sanitizer/tsan.supp" \
-    build-tsan/tests/attnjit_tests "[threads]~[gpu],[cache]~[gpu],[tune]~[gpu]"
+  local logs; logs="$(mktemp -d)"
+  local rc=0
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/sanitizer/tsan.supp:log_path=$logs/tsan" \
+    build-tsan/tests/attnjit_tests "[threads]~[gpu],[cache]~[gpu],[tune]~[gpu]" || rc=$?
+  show_reports "$logs" "$rc"
 }
 
 case "$which" in

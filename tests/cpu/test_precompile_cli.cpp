@@ -104,7 +104,7 @@ TEST_CASE("precompile: a manifest, then all hits; JSON fields; cache ls/stats/ve
   CHECK(pr["removed"] == 2);
   CHECK(pr["cleaned"] == 1);  // the quarantined entry
   CHECK(test::json_of(run_cli("cache ls --json " + dir_arg(s))).empty());
-  run_cli("precompile --manifest " + m + " " + dir_arg(s));
+  REQUIRE(run_cli("precompile --manifest " + m + " " + dir_arg(s)).rc == 0);
   CHECK(test::json_of(run_cli("cache clear --json " + dir_arg(s)))["removed"] == 2);
   CHECK(test::json_of(run_cli("cache stats --json " + dir_arg(s)))["entries"] == 0);
 }
