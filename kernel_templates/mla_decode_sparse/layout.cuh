@@ -47,6 +47,11 @@ struct Pool {
   int lens_per_token;  // 1: lens[g] (per query token); 0: lens[batch] (per sequence)
 };
 
+// The main kernel's grid: x = query token slot (batch·q_len + q_idx) · row_tiles + the
+// 64-head tile, so a prefill's hundreds of thousands of tokens fit (x reaches 2^31 - 1;
+// y and z stop at 65535); y = the split.
+ATTNJIT_PLAN int row_tiles(int num_heads) { return (num_heads + 63) / 64; }
+
 // The main kernel's argument block (after the q tensor map). Keys of a token are its main
 // keys, then its extra keys, in one softmax; the split cuts that list into equal runs of
 // block_n-key tiles.
@@ -60,6 +65,8 @@ struct Args {
   QRows q;
   int num_splits;     // grid y
   float scale_log2;   // softmax_scale · log2(e)
+  float* max_logit;   // lse's layout: the largest softmax_scale · q·k of a row's valid keys
+                      // (-inf: none), or null; written only when unsplit (the prefill)
 };
 
 // The gather rings, filled by the two P·V warpgroups, each the half of every row whose V
@@ -134,8 +141,9 @@ inline constexpr unsigned kBadExtraLength = 3;
 inline constexpr unsigned kBadQOffsets = 4;
 
 static_assert(sizeof(Pool) == 40 && ATTNJIT_OFFSET_IS(Pool, num_rows, 24), "Pool layout");
-static_assert(sizeof(Args) == 144 && ATTNJIT_OFFSET_IS(Args, sink, 80) &&
-                  ATTNJIT_OFFSET_IS(Args, q, 120) && ATTNJIT_OFFSET_IS(Args, scale_log2, 140),
+static_assert(sizeof(Args) == 152 && ATTNJIT_OFFSET_IS(Args, sink, 80) &&
+                  ATTNJIT_OFFSET_IS(Args, q, 120) && ATTNJIT_OFFSET_IS(Args, scale_log2, 140) &&
+                  ATTNJIT_OFFSET_IS(Args, max_logit, 144),
               "mla_decode_sparse::Args layout");
 static_assert(sizeof(QuantArgs) == 40 && sizeof(RemapArgs) == 72, "helper args layout");
 static_assert(sizeof(CheckArgs) == 112 && ATTNJIT_OFFSET_IS(CheckArgs, q, 88), "CheckArgs layout");

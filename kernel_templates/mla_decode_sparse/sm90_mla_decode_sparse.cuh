@@ -1,8 +1,8 @@
 #pragma once
 // sm90_mla_decode_sparse: DeepSeek V3.2 sparse MLA decode on Hopper.
 //
-// One CTA = 64 heads (row tile blockIdx.x) of one query token (blockIdx.z = batch·q_len +
-// q_idx) over one split (blockIdx.y) of that token's key list: its main top-k keys, then
+// One CTA = 64 heads (row tile) of one query token (blockIdx.x = (batch·q_len + q_idx) ·
+// row_tiles + row tile, layout.cuh) over one split (blockIdx.y) of that token's key list: its main top-k keys, then
 // its extra-cache keys, cut into block_n-key tiles. Query tokens of a sequence share no
 // keys (each has its own indices), so rows are never packed across tokens; h < 64 leaves
 // the tile's other rows idle (their output is discarded).
@@ -70,6 +70,7 @@ struct Traits {
   static constexpr int kThreadsPerKey = kWarpgroupThreads / P.block_n;
   static constexpr int kHalfUnits = kValueDim * 2 / 16 / 2;   // bf16 content: 16-byte units per half row
   static constexpr int kHalfRopeUnits = kRopeDims * 2 / 16 / 2;  // bf16 rope: 4 per half row
+  static constexpr int kRowTiles = row_tiles(P.num_heads);  // CTAs per query token
 
   // 32-key tiles: 4 bf16 (or 3 raw fp8) in flight beside Q. 64-key tiles fit only 2 bf16
   // stages, and their gather spilled the P·V warpgroups' registers.
@@ -139,13 +140,19 @@ ATTNJIT_DEVICE int clamped_length(const Pool& p, i64 token, int batch) {
   return n < 0 ? 0 : (n > p.topk ? p.topk : n);
 }
 
+// This CTA's query token slot, batch·q_len + q_idx (grid x, layout.cuh's row_tiles).
+template <auto P>
+ATTNJIT_DEVICE int token_slot() {
+  return static_cast<int>(blockIdx.x / static_cast<unsigned>(Traits<P>::kRowTiles));
+}
+
 template <auto P>
 ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq) {
   Work w;
-  const int z = static_cast<int>(blockIdx.z);
+  const int z = token_slot<P>();
   w.batch = z / a.q.q_len;
   w.q_idx = z % a.q.q_len;
-  w.row0 = static_cast<int>(blockIdx.x) * 64;
+  w.row0 = static_cast<int>(blockIdx.x % static_cast<unsigned>(Traits<P>::kRowTiles)) * 64;
   w.token = static_cast<i64>(seq.start) + w.q_idx;
   w.n_main = clamped_length(a.main, w.token, w.batch);
   w.n_keys = w.n_main + clamped_length(a.extra, w.token, w.batch);
@@ -442,8 +449,11 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
 #pragma unroll
       for (int i = 2 * r; i < kHalfCols / 2; i += 4)
         out[4 * (i / 4)] = pack2<DType::kBF16>(o[i] * inv, o[i + 1] * inv);
-      if (a.lse != nullptr && half == 0 && tid % 4 == 0)
-        a.lse[lse_index(a.q, w.batch, seq, P.num_heads, head, w.q_idx)] = lse;
+      if (half == 0 && tid % 4 == 0) {
+        const i64 at = lse_index(a.q, w.batch, seq, P.num_heads, head, w.q_idx);
+        if (a.lse != nullptr) a.lse[at] = lse;
+        if (a.max_logit != nullptr) a.max_logit[at] = empty ? neg_inf() : m[r] * kLn2;
+      }
     } else {
       const float inv = empty ? 0.0f : 1.0f / l[r];
       const u64 part = static_cast<u64>(w.slot) * static_cast<u32>(a.q.q_len * P.num_heads) + prow;
@@ -522,8 +532,8 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     kernel(const __grid_constant__ TmaDesc q_map,  // [total_q·h, 576] bf16, box [64, 64]
            const Args args) {
   static_assert(kPlanMatches<P>, "mla_decode_sparse/layout.cuh's smem_bytes is not this SharedStorage's");
-  const Seq seq = sequence(args.q, static_cast<int>(blockIdx.z) / args.q.q_len);
-  if (static_cast<int>(blockIdx.z) % args.q.q_len >= seq.q_len) return;  // ragged: no such token
+  const Seq seq = sequence(args.q, token_slot<P>() / args.q.q_len);
+  if (token_slot<P>() % args.q.q_len >= seq.q_len) return;  // ragged: no such token
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
   const Work w = locate<P>(args, seq);

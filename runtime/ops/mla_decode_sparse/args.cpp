@@ -224,9 +224,6 @@ void check_shape(const MlaDecodeSparseShape& s, const MlaDecodeSparseConfig& c) 
     fail_arg("shape.topk", fmt::format("must be 1..2^20, got {}", s.topk));
   if (s.topk_extra < 0 || s.topk_extra > (1 << 20))
     fail_arg("shape.topk_extra", fmt::format("must be 0 (no extra cache) ..2^20, got {}", s.topk_extra));
-  if (int64_t{s.batch} * s.q_len > kMaxBatch)
-    fail_arg("shape.batch", fmt::format("b × q_len = {} query tokens, over {} (the grid's z)",
-                                        int64_t{s.batch} * s.q_len, kMaxBatch));
   if (s.num_splits < 0 || s.num_splits > kMaxSplits)
     fail_arg("shape.num_splits", fmt::format("must be 0 (chosen by the plan) or 1..{}, got {}",
                                              kMaxSplits, s.num_splits));

@@ -59,10 +59,7 @@ enum Helper { kQuantize, kRemap, kCheck };
 
 jit::KernelRecipe main_recipe(const MlaDecodeSparseConfig& c, Arch arch) {
   ops::require_sm90a(arch, "mla_decode_sparse");
-  return ops::table_recipe(table(), c,
-                           {"mla_decode_sparse", "mla_decode_sparse/sm90_mla_decode_sparse.cuh",
-                            "attnjit::mla_decode_sparse::kernel"},
-                           arch, ops::mla_sparse_smem_bytes(c));
+  return ops::mla_sparse_main_recipe(c, arch);
 }
 
 template <int kWhich>
@@ -116,6 +113,13 @@ void MlaSparseHelperConfig::validate() const { helper_table<kQuantize>().check_r
 
 unsigned mla_sparse_smem_bytes(const MlaDecodeSparseConfig& c) {
   return dev::smem_bytes(c.cache_layout == MlaSparseLayout::kFp8, c.block_n, c.stages);
+}
+
+jit::KernelRecipe mla_sparse_main_recipe(const MlaDecodeSparseConfig& c, Arch arch) {
+  return table_recipe(table(), c,
+                      {"mla_decode_sparse", "mla_decode_sparse/sm90_mla_decode_sparse.cuh",
+                       "attnjit::mla_decode_sparse::kernel"},
+                      arch, mla_sparse_smem_bytes(c));
 }
 
 const jit::Kernel& mla_sparse_main_kernel(const MlaDecodeSparseConfig& c, Arch arch) {

@@ -22,6 +22,9 @@ struct MlaSparseHelperConfig {
 unsigned mla_sparse_smem_bytes(const MlaDecodeSparseConfig& c);
 inline constexpr int kMlaSparseThreads = 3 * 128;  // softmax + two P·V warpgroups
 
+// The main kernel's recipe without an arch rule (each op calling it states its own, so the
+// refusal names that op; mla_prefill_sparse runs this kernel too).
+jit::KernelRecipe mla_sparse_main_recipe(const MlaDecodeSparseConfig& c, Arch arch);
 const jit::Kernel& mla_sparse_main_kernel(const MlaDecodeSparseConfig& c, Arch arch);
 const jit::Kernel& mla_sparse_quantize_kernel(Arch arch);
 const jit::Kernel& mla_sparse_remap_kernel(Arch arch);
@@ -32,7 +35,7 @@ const jit::Kernel& mla_sparse_check_kernel(Arch arch);
 namespace attnjit::sparse_detail {
 
 inline constexpr int kMaxSplits = 256;
-inline constexpr int kMaxBatch = 65535;  // grid z of the combine
+inline constexpr int kMaxBatch = 65535;  // grid y of the combine
 
 // Host-visible sizes of a call whose arguments passed check_args.
 struct Sizes {
@@ -50,6 +53,12 @@ Sizes check_args(const MlaDecodeSparseArgs& a, const MlaDecodeSparseConfig& c);
 void check_shape(const MlaDecodeSparseShape& s, const MlaDecodeSparseConfig& c);
 // A call of sizes `s` is one `plan` was made for; errors name the argument.
 void check_matches_plan(const Sizes& s, const MlaDecodeSparsePlan& plan);
+// The launches of a checked call (`s` from check_args, `splits` from its plan, the
+// workspace checked against it): the main kernel, then mla_decode's combine when split.
+// max_logit (lse's layout, or null) is written only unsplit. Shared with
+// mla_prefill_sparse, which runs the bf16 kernel over one-token sequences.
+void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseConfig& c, int splits,
+            Workspace workspace, float* max_logit, CUstream stream);
 // Checked mode: validates indices, lengths and offsets on the device; names the first bad one.
 void device_check(const MlaDecodeSparseArgs& a, const Sizes& s, Arch arch, CUstream stream);
 

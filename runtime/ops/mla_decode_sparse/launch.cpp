@@ -27,8 +27,6 @@ using sparse_detail::Sizes;
 
 const int* i32_ptr(const TensorView& t) { return static_cast<const int*>(t.data); }
 
-int64_t row_tiles(int64_t num_heads) { return (num_heads + 63) / 64; }
-
 // The dense op's shape with the same partial layout: [b·splits, q_len·h, 512].
 MlaDecodeShape partial_shape(const MlaDecodeSparseShape& s) {
   MlaDecodeShape d;
@@ -60,7 +58,7 @@ int mla_decode_sparse_splits(const MlaDecodeSparseShape& s, int sm_count) {
   // One CTA per (token, 64-head tile). Fewer CTAs than SMs leave SMs idle for the whole
   // call: cut each token's key list into enough runs to fill one wave, but keep every run
   // at least 256 keys long so the Q load, pipeline fill and combine stay small against it.
-  const int64_t ctas = int64_t{s.batch} * s.q_len * row_tiles(s.num_heads);
+  const int64_t ctas = int64_t{s.batch} * s.q_len * dev::row_tiles(s.num_heads);
   const int64_t tiles = (int64_t{s.topk} + s.topk_extra + 63) / 64;  // of 64 keys, whatever block_n
   if (ctas <= 0 || ctas >= sm_count) return 1;
   const int64_t want = (sm_count + ctas - 1) / ctas;
@@ -105,9 +103,30 @@ void mla_decode_sparse(const MlaDecodeSparseArgs& a, const MlaDecodeSparsePlan& 
   const Sizes s = sparse_detail::check_args(a, c);
   sparse_detail::check_matches_plan(s, plan);
   sparse_detail::check_shape(plan.shape, c);
-  const int splits = plan.num_splits;
-  ops::check_workspace(workspace, mla_decode_sparse_workspace_bytes(plan.shape, splits),
+  ops::check_workspace(workspace, mla_decode_sparse_workspace_bytes(plan.shape, plan.num_splits),
                        "mla_decode_sparse_plan");
+  sparse_detail::launch(a, s, c, plan.num_splits, workspace, nullptr, stream);
+}
+
+void mla_decode_sparse(const MlaDecodeSparseArgs& a, CUstream stream,
+                       const MlaDecodeSparseConfig* config) {
+  const MlaDecodeSparseShape shape = mla_decode_sparse_shape(a);
+  const MlaDecodeSparseConfig c =
+      config ? *config : mla_decode_sparse_default_config(shape.layout, shape.num_heads);
+  c.validate();
+  // Every argument rule is reported before the plan touches the device.
+  const Sizes s = sparse_detail::check_args(a, c);
+  if (s.b == 0 || s.total_q == 0) return;
+  const MlaDecodeSparsePlan plan = mla_decode_sparse_plan(shape, &c);
+  const ops::StreamWorkspace workspace(plan.workspace_bytes, stream);
+  mla_decode_sparse_schedule(plan, a, workspace.get(), stream);
+  mla_decode_sparse(a, plan, workspace.get(), stream);
+}
+
+namespace sparse_detail {
+
+void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseConfig& c, int splits,
+            Workspace workspace, float* max_logit, CUstream stream) {
   if (s.b == 0 || s.total_q == 0) return;  // no query rows: nothing to write
 
   // q as [total_q·h, 576] in 128B-swizzled boxes of 64 rows × 64 columns (one span).
@@ -127,7 +146,7 @@ void mla_decode_sparse(const MlaDecodeSparseArgs& a, const MlaDecodeSparsePlan& 
   const jit::Kernel& main = ops::mla_sparse_main_kernel(c, arch);
   const jit::Kernel* combine =
       splits > 1 ? &ops::mla_combine_kernel({DType::kBF16, c.num_heads}, arch) : nullptr;
-  if (check_mode()) sparse_detail::device_check(a, s, arch, stream);
+  if (check_mode()) device_check(a, s, arch, stream);
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
 
   // Partials [b·splits, q_len·h, 512] f32, then their lse: mla_decode's static layout.
@@ -149,11 +168,11 @@ void mla_decode_sparse(const MlaDecodeSparseArgs& a, const MlaDecodeSparsePlan& 
                part_lse,
                q_rows,
                splits,
-               a.softmax_scale * kLog2e};
+               a.softmax_scale * kLog2e,
+               splits == 1 ? max_logit : nullptr};
   jit::LaunchShape shape;
-  shape.grid[0] = static_cast<unsigned>(row_tiles(s.h));
+  shape.grid[0] = static_cast<unsigned>(s.b * s.q_len * dev::row_tiles(static_cast<int>(s.h)));
   shape.grid[1] = static_cast<unsigned>(splits);
-  shape.grid[2] = static_cast<unsigned>(s.b * s.q_len);
   shape.block[0] = ops::kMlaSparseThreads;
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), &ka};
@@ -171,23 +190,6 @@ void mla_decode_sparse(const MlaDecodeSparseArgs& a, const MlaDecodeSparsePlan& 
   mla_detail::launch_combine(*combine, run, a.out.data, static_cast<float*>(a.lse.data), q_rows,
                              dense_sizes, stream, static_cast<const float*>(a.attn_sink.data));
 }
-
-void mla_decode_sparse(const MlaDecodeSparseArgs& a, CUstream stream,
-                       const MlaDecodeSparseConfig* config) {
-  const MlaDecodeSparseShape shape = mla_decode_sparse_shape(a);
-  const MlaDecodeSparseConfig c =
-      config ? *config : mla_decode_sparse_default_config(shape.layout, shape.num_heads);
-  c.validate();
-  // Every argument rule is reported before the plan touches the device.
-  const Sizes s = sparse_detail::check_args(a, c);
-  if (s.b == 0 || s.total_q == 0) return;
-  const MlaDecodeSparsePlan plan = mla_decode_sparse_plan(shape, &c);
-  const ops::StreamWorkspace workspace(plan.workspace_bytes, stream);
-  mla_decode_sparse_schedule(plan, a, workspace.get(), stream);
-  mla_decode_sparse(a, plan, workspace.get(), stream);
-}
-
-namespace sparse_detail {
 
 void device_check(const MlaDecodeSparseArgs& a, const Sizes& s, Arch arch, CUstream stream) {
   const jit::Kernel& k = ops::mla_sparse_check_kernel(arch);
