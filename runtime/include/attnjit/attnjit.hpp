@@ -6,6 +6,7 @@
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/mla_decode_fp8.hpp"
 #include "attnjit/ops/mla_decode_sparse.hpp"
+#include "attnjit/ops/mla_prefill_sparse.hpp"
 #include "attnjit/ops/tma_copy.hpp"
 #include "attnjit/precompile.hpp"
 #include "attnjit/runtime.hpp"
