@@ -1,8 +1,11 @@
-// mla_decode_sparse's float64 reference, its comparison, and the helpers' host references
-// (the 656-byte quantizer, the index remap), checked on hand-made cases without a GPU.
+// mla_decode_sparse's (and mla_prefill_sparse's) float64 reference, its comparisons (out and
+// lse; the prefill's max logit), and the helpers' host references (the 656-byte quantizer,
+// the index remap), checked on hand-made cases without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -168,6 +171,134 @@ TEST_CASE("sparse reference: ragged tokens outside every sequence are not judged
   CHECK(mla_sparse_compare(c.p, r, out, lse).passed);
   out[7] = NAN;
   CHECK_FALSE(mla_sparse_compare(c.p, r, out, lse).passed);
+}
+
+TEST_CASE("sparse reference: the max logit over the valid keys", "[mla_prefill_sparse][reference]") {
+  // Head 0's terms q_d·k_d = 0.01f · (r + 1)/8 · (d % 3 - 1)² are all ≥ 0, so the largest
+  // score is the largest valid row's (4; 5 holds NaN past the pool, 7 does not exist) and
+  // equals its magnitude: 0.5 · 384 · 0.01f · 5/8 = 120 · 0.01f, exact in double.
+  Case c({2, -1, 2, 4, 5, 7, -3});
+  const MlaSparseReference r = c.run();
+  REQUIRE(r.max_logit.size() == 2);
+  CHECK(r.max_logit[0] == 120.0 * static_cast<double>(0.01f));
+  CHECK(r.max_logit[0] == score(4));
+  CHECK(r.score_magnitude[0] == r.max_logit[0]);
+  CHECK(r.max_logit[1] == 0.0);  // head 1: q = 0, every score 0
+  CHECK(r.score_magnitude[1] == 0.0);
+  // A length that stops before row 4: row 2's score.
+  Case shorter({2, 4});
+  shorter.lens = {1};
+  CHECK(shorter.run().max_logit[0] == score(2));
+  // The sink is not a key: the max logit stays where lse moves (+inf zeroes out).
+  Case sunk({2, 4});
+  sunk.sink = {INFINITY, 3.0f};
+  const MlaSparseReference s = sunk.run();
+  CHECK(s.max_logit[0] == score(4));
+  CHECK(s.max_logit[1] == 0.0);
+  // No valid key (length 0, or every index skipped): -inf, magnitude 0.
+  for (Case none : {Case({2, 4}), Case({-1, 5, 9})}) {
+    if (none.idx[0] == 2) none.lens = {0};
+    const MlaSparseReference e = none.run();
+    CHECK(e.keys[0] == 0);
+    CHECK(e.max_logit[0] == -kInf);
+    CHECK(e.max_logit[1] == -kInf);
+    CHECK(e.score_magnitude[0] == 0.0);
+  }
+}
+
+TEST_CASE("sparse reference: the max-logit comparison and its tolerance", "[mla_prefill_sparse][reference]") {
+  Case c({1, 4, 2});  // token 0 of two: keys; token 1: none
+  c.idx = {1, 4, 2, -1, -1, -1};
+  c.q.resize(2 * 2 * 576, 0.0f);
+  c.p.total_q = 2;
+  c.p.batch = 2;  // prefill's form: one-token sequences, max logit laid out [tokens, h]
+  c.p.q = c.q;
+  c.p.main.pool = c.pool;
+  c.p.main.indices = c.idx;
+  c.p.main.stride = 3;
+  c.p.main.topk = 3;
+  const MlaSparseReference r = mla_sparse_reference(c.p);
+  REQUIRE(r.keys == std::vector<int>{3, 0});
+  const float m0 = static_cast<float>(r.max_logit[0]);
+  std::vector<float> got = {m0, 0.0f, -INFINITY, -INFINITY};
+  const MlaMaxLogitComparison ok = mla_sparse_compare_max_logit(c.p, r, got);
+  CHECK(ok.passed);
+  CHECK(ok.checked_rows == 2);
+  // Tolerance of head 0: 1e-3 · (1 + m) + 2^-8 · m (magnitude = m here); head 1: 1e-3.
+  const double tol0 = 1e-3 * (1 + r.max_logit[0]) + std::ldexp(r.max_logit[0], -8);
+  got[0] = static_cast<float>(r.max_logit[0] + 0.9 * tol0);
+  CHECK(mla_sparse_compare_max_logit(c.p, r, got).passed);
+  got[0] = static_cast<float>(r.max_logit[0] + 1.2 * tol0);
+  const MlaMaxLogitComparison over = mla_sparse_compare_max_logit(c.p, r, got);
+  CHECK_FALSE(over.passed);
+  CHECK(over.over_limit == 1);
+  CHECK(over.worst_row.t == 0);
+  got[0] = static_cast<float>(r.max_logit[0] / std::log(2.0));  // log2 units
+  CHECK_FALSE(mla_sparse_compare_max_logit(c.p, r, got).passed);
+  got[0] = m0;
+  got[1] = 2e-3f;  // head 1: the 1e-3 floor
+  CHECK(mla_sparse_compare_max_logit(c.p, r, got).over_limit == 1);
+  got[1] = 0.0f;
+  got[2] = 0.0f;  // an empty token must be -inf
+  CHECK(mla_sparse_compare_max_logit(c.p, r, got).wrong_inf == 1);
+  got[2] = -INFINITY;
+  for (float poison : {NAN, -INFINITY, INFINITY}) {  // a token with keys: finite
+    got[1] = poison;
+    const MlaMaxLogitComparison bad = mla_sparse_compare_max_logit(c.p, r, got);
+    CHECK(bad.nonfinite == 1);
+    CHECK_FALSE(bad.passed);
+  }
+  got[1] = NAN;  // a token the reference skipped is not judged
+  const std::vector<char> only = {0, 1};
+  CHECK(mla_sparse_compare_max_logit(c.p, mla_sparse_reference(c.p, &only), got).passed);
+}
+
+TEST_CASE("sparse reference: threads change nothing, a subset is the same tokens' values",
+          "[mla_prefill_sparse][reference]") {
+  // 61 tokens (threads take chunks), 3 heads, 9 random indices each over 40 rows of random
+  // values, with -1s and rows past the pool; compared bit for bit.
+  constexpr int kTokens = 61, kH = 3, kTopk = 9, kRows = 40;
+  std::mt19937_64 gen(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> idx(-2, kRows + 2);
+  std::vector<float> q(size_t{kTokens} * kH * 576);
+  for (auto& x : q) x = bf16_to_float(float_to_bf16(normal(gen)));
+  std::vector<uint8_t> pool(size_t{kRows} * 1152);
+  for (size_t i = 0; i < pool.size(); i += 2) {
+    const uint16_t b = float_to_bf16(normal(gen));
+    std::memcpy(&pool[i], &b, 2);
+  }
+  std::vector<int32_t> indices(size_t{kTokens} * kTopk);
+  for (auto& x : indices) x = idx(gen);
+  MlaSparseProblem p;
+  p.batch = kTokens, p.num_heads = kH, p.fp8 = false, p.total_q = kTokens, p.softmax_scale = 0.07;
+  p.q = q;
+  p.main.pool = pool;
+  p.main.rows = kRows;
+  p.main.indices = indices;
+  p.main.stride = kTopk;
+  p.main.topk = kTopk;
+  const MlaSparseReference a = mla_sparse_reference(p), b = mla_sparse_reference(p);
+  CHECK(a.out == b.out);
+  CHECK(a.lse == b.lse);
+  CHECK(a.max_logit == b.max_logit);
+  std::vector<char> only(kTokens, 0);
+  for (int g = 0; g < kTokens; g += 7) only[static_cast<size_t>(g)] = 1;
+  const MlaSparseReference s = mla_sparse_reference(p, &only);
+  for (int g = 0; g < kTokens; ++g) {
+    INFO("token " << g);
+    if (!only[static_cast<size_t>(g)]) {
+      CHECK(s.keys[static_cast<size_t>(g)] == -1);
+      continue;
+    }
+    CHECK(s.keys[static_cast<size_t>(g)] == a.keys[static_cast<size_t>(g)]);
+    for (int h = 0; h < kH; ++h) {
+      const size_t row = static_cast<size_t>(g) * kH + h;
+      CHECK(s.max_logit[row] == a.max_logit[row]);
+      CHECK(s.lse[row] == a.lse[row]);
+      CHECK(std::equal(s.out.begin() + row * 512, s.out.begin() + (row + 1) * 512, a.out.begin() + row * 512));
+    }
+  }
 }
 
 TEST_CASE("656-byte quantizer: block scales, saturation, rope as stored", "[mla_decode_sparse][reference]") {

@@ -69,6 +69,35 @@ TEST_CASE("mla_decode_fp8 cases: the issue's rows in both cache forms; bad keys 
   REQUIRE_ERROR(kind.make(json{{"page", 32}}, 1, 0), ErrorKind::kBadArgument, "'page'");
 }
 
+TEST_CASE("mla_prefill_sparse cases: the issue's 12 rows, hostile twins; bad keys named", "[harness]") {
+  const harness::ProblemKind& kind = harness::find_problem("mla_prefill_sparse");
+  const std::vector<json> bench = kind.bench_cases();
+  REQUIRE(bench.size() == 12);  // h 128 / 64 × topk 512 / 2048 / 8192 × pools of 32768 / 131072
+  for (const json& c : bench) {
+    INFO(c.dump());
+    CHECK(c["tokens"] == 4096);
+    CHECK((c["h"] == 128 || c["h"] == 64));
+    CHECK((c["topk"] == 512 || c["topk"] == 2048 || c["topk"] == 8192));
+    CHECK((c["pool"] == 32768 || c["pool"] == 131072));
+    CHECK(c["hostile"] == 0);
+  }
+  const std::vector<json> tests = kind.test_cases();
+  REQUIRE(tests.size() == bench.size());
+  for (const json& c : tests) {
+    INFO(c.dump());
+    CHECK(c["hostile"] == 1);
+    CHECK(c["topk"].get<int>() % 32 != 0);
+    CHECK(c["pad"].get<int>() > 0);  // token stride above topk
+  }
+  // Errors name the key before anything touches the GPU.
+  REQUIRE_ERROR(kind.make(json{{"h", 129}}, 1, 0), ErrorKind::kBadArgument, "'h'");
+  REQUIRE_ERROR(kind.make(json{{"heads", 16}}, 1, 0), ErrorKind::kBadArgument, "'heads'");
+  REQUIRE_ERROR(kind.make(json{{"lens", "seq"}}, 1, 0), ErrorKind::kBadArgument, "'lens'");
+  REQUIRE_ERROR(kind.make(json{{"topk", 0}}, 1, 0), ErrorKind::kBadArgument, "'topk'");
+  REQUIRE_ERROR(kind.make(json{{"pool", 1000}, {"page_size", 64}}, 1, 0), ErrorKind::kBadArgument, "'page_size'",
+                "divide");
+}
+
 TEST_CASE("mha_fwd cases read the tuning vocabulary plus seq and splits", "[harness]") {
   const MhaFwdCase d = harness::mha_fwd_case(json::object());
   CHECK(d.to_json().dump() ==
@@ -100,9 +129,10 @@ TEST_CASE("every op family has one problem, with bench rows and test rows", "[ha
     ops.push_back(k.op);
   }
   CHECK(ops == std::vector<std::string>{"tma_copy", "mla_decode", "mha_fwd", "merge_states", "mla_decode_fp8",
-                                        "mla_decode_sparse"});
+                                        "mla_decode_sparse", "mla_prefill_sparse"});
   REQUIRE_ERROR(harness::find_problem("mla_decode_combine"), ErrorKind::kUnsupportedConfig,
-                "ops with one: tma_copy, mla_decode, mha_fwd, merge_states, mla_decode_fp8, mla_decode_sparse");
+                "ops with one: tma_copy, mla_decode, mha_fwd, merge_states, mla_decode_fp8, mla_decode_sparse, "
+                "mla_prefill_sparse");
 }
 
 // What `attnjit bench` does per row, on every op's test rows: the runtime's plan, poisoned
