@@ -66,6 +66,8 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   # mla_decode_sparse: issue 20's rows in both cache layouts (each checked against float64
   # on sampled tokens first).
   BENCH_TIMEOUT=400 bench mla_decode_sparse
+  # mla_prefill_sparse: issue 21's rows (each checked against float64 on sampled tokens).
+  BENCH_TIMEOUT=400 bench mla_prefill_sparse
   # mha_fwd: the issue's rows (each checked against the float64 reference first), then
   # PyTorch SDPA with the cuDNN and flash backends in the same call.
   BENCH_TIMEOUT=400 bench mha_fwd
