@@ -192,7 +192,7 @@ TEST_CASE("mla_prefill_sparse rejects bad arguments before launching", "[mla_pre
     REQUIRE_REFUSED(call(with(&A::indices, TensorView::strided(fake(2), i32, {T, TOPK}, {TOPK - 1, 1}))), bad,
                     "indices", "below topk");
     REQUIRE_REFUSED(call(with(&A::indices, view(2, i32, {T, 0}))), bad, "indices", "topk");
-    REQUIRE_REFUSED(call(with(&A::indices, TensorView{})), bad, "indices");  // the shape's rule first
+    REQUIRE_REFUSED(call(with(&A::indices, TensorView{})), bad, "indices", "required");
     REQUIRE_REFUSED(mla_prefill_sparse(with(&A::indices, TensorView{}), valid_plan(), nullptr), bad, "indices",
                     "required");
     MlaPrefillSparseArgs a = valid_args();

@@ -94,6 +94,7 @@ void check_shape(const MlaPrefillSparseShape& s, const MlaPrefillSparseConfig& c
 
 MlaPrefillSparseShape mla_prefill_sparse_shape(const MlaPrefillSparseArgs& a) {
   if (a.q.rank != 3) fail_arg("q", fmt::format("must be rank 3 [tokens, h, 576], got {}", a.q.describe()));
+  if (a.indices.data == nullptr) fail_arg("indices", "is required (top-k physical rows per token)");
   if (a.indices.rank != 2)
     fail_arg("indices", fmt::format("must be rank 2 [tokens, topk], got {}", a.indices.describe()));
   MlaPrefillSparseShape s;
