@@ -76,6 +76,7 @@ struct Args {
 // fall in different banks, with room at kRawScaleCopy for the second half's own copy of
 // the row's scales. Each P·V warpgroup then widens its half of a raw tile into a ring of
 // two bf16 KV tiles, two tiles before S needs it.
+inline constexpr int kGatherKeys = 32;  // keys per gathered tile (one ring stage)
 inline constexpr int kRawRowStride = 704;
 inline constexpr int kRawScaleCopy = kFp8RowBytes;  // [656, 672): the scales again, for half 1
 ATTNJIT_PLAN int kv_stages(bool fp8, int stages) { return fp8 ? 2 : stages; }
@@ -86,13 +87,13 @@ ATTNJIT_PLAN int raw_tile_bytes(int block_n) { return (block_n * kRawRowStride +
 // plus 1024 to realign the dynamic base. The kernel's SharedStorage static_asserts it.
 ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages) {
   const int kv = kv_stages(fp8, stages);
-  const int q_tile = 64 * kHeadDim * 2;        // 72 KiB
-  const int kv_tile = block_n * kHeadDim * 2;  // 36 KiB at 32 keys
-  const int p_tile = 64 * block_n * 2;
+  const int q_tile = 64 * kHeadDim * 2;            // 72 KiB
+  const int kv_tile = kGatherKeys * kHeadDim * 2;  // 36 KiB per ring stage
+  const int p_tile = 64 * block_n * 2;             // block_n: keys per S step
   // The raw ring (tiles, their validity, an mbarrier per tile and half) comes first, padded to the
   // 1024-byte alignment of the Q tile after it.
-  const int raw = fp8 ? (stages * (raw_tile_bytes(block_n) + block_n * 4 + 2 * 8) + 1023) / 1024 * 1024 : 0;
-  const int valid = kv * block_n * 4;  // 1: the key's row is gathered
+  const int raw = fp8 ? (stages * (raw_tile_bytes(kGatherKeys) + kGatherKeys * 4 + 2 * 8) + 1023) / 1024 * 1024 : 0;
+  const int valid = kv * kGatherKeys * 4;  // 1: the key's row is gathered
   const int stats = 3 * 64 * 4;        // row scale, max, sum
   const int barriers = (1 + kv) * 8;
   const int body = raw + q_tile + kv_tile * kv + p_tile + valid + stats + barriers;

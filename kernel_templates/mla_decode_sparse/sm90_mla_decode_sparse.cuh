@@ -51,11 +51,16 @@ struct Traits {
   static constexpr bool kFp8 = P.cache_layout == CacheLayout::kFp8;
   static constexpr int kThreads = 3 * kWarpgroupThreads;
   static constexpr int kChunks = kHeadDim * 2 / 128;       // 9 column spans of 64 bf16
-  static constexpr int kChunkBytes = P.block_n * 128;      // [block_n keys][128 B]
-  static constexpr int kTileBytes = kChunks * kChunkBytes;  // 36 KiB at 32 keys
+  // Rows are gathered in 32-key tiles (the ring's stages); S and P·V step over block_n
+  // keys, one or two adjacent stages (a 64-key step reads Q once per 64 keys, and its
+  // 64x64 wgmmas balance their shared-memory operands against the tensor math).
+  static constexpr int kTileKeys = kGatherKeys;
+  static constexpr int kStepTiles = P.block_n / kTileKeys;  // gather tiles per S step
+  static constexpr int kTileBytes = kChunks * kTileKeys * 128;  // 36 KiB
   static constexpr int kQBytes = kChunks * 64 * 128;       // Q [64 rows][576] bf16
   static constexpr int kPBytes = 64 * P.block_n * 2;       // P [64 rows][block_n keys] bf16
-  static constexpr Swizzle kPSwizzle = Swizzle::k64B;       // a P row (32 keys) is one 64-byte span
+  // A P row (block_n keys) is one swizzle span: 64 or 128 bytes.
+  static constexpr Swizzle kPSwizzle = P.block_n == 32 ? Swizzle::k64B : Swizzle::k128B;
   static constexpr int kHalfCols = kValueDim / 2;          // output columns per P·V warpgroup
   // Register budgets (setmaxnreg) within the 3 × 168 the launch grants: the P·V warpgroups
   // hold O[64 × 256] (128 f32) and gather beside it; WG0 holds S[64 × block_n] only.
@@ -65,17 +70,21 @@ struct Traits {
   static constexpr int kBarThreads = kThreads;             // kPFree, kPReady, kStats, kFirstTiles: all three
   static constexpr int kKvStages = kv_stages(kFp8, P.stages);
   static constexpr int kRawStages = kFp8 ? P.stages : 0;
-  static constexpr int kRawBytes = raw_tile_bytes(P.block_n);
+  static constexpr int kRawBytes = raw_tile_bytes(kTileKeys);
+  static constexpr int kRingRows = kKvStages * kTileKeys;  // KV ring: key rows of every stage
   // A P·V warpgroup's threads per key when it gathers or widens its half of a tile.
-  static constexpr int kThreadsPerKey = kWarpgroupThreads / P.block_n;
+  static constexpr int kThreadsPerKey = kWarpgroupThreads / kTileKeys;
   static constexpr int kHalfUnits = kValueDim * 2 / 16 / 2;   // bf16 content: 16-byte units per half row
   static constexpr int kHalfRopeUnits = kRopeDims * 2 / 16 / 2;  // bf16 rope: 4 per half row
   static constexpr int kRowTiles = row_tiles(P.num_heads);  // CTAs per query token
 
-  // 32-key tiles: 4 bf16 (or 3 raw fp8) in flight beside Q. 64-key tiles fit only 2 bf16
-  // stages, and their gather spilled the P·V warpgroups' registers.
-  static_assert(P.block_n == 32, "32-key tiles");
+  // 32-key gather tiles: 4 bf16 (or 3 raw fp8) in flight beside Q. (64-key gather tiles
+  // fit only 2 bf16 stages, and their gather spilled the P·V warpgroups' registers.) fp8
+  // widens into 2 bf16 stages, one 32-key step each.
+  static_assert(P.block_n == 32 || (P.block_n == 64 && !kFp8), "32-key steps, or 64 for bf16");
   static_assert(P.stages >= 2 && P.stages <= 4, "gather ring of 2..4 tiles");
+  static_assert(kKvStages % kStepTiles == 0 && kKvStages >= 2 * kStepTiles,
+                "the ring holds whole steps, two at least (S of one beside P·V of the other)");
   static_assert(P.num_heads >= 8 && P.num_heads <= 128, "h in 8..128");
 };
 
@@ -93,7 +102,7 @@ struct RawRing {};
 template <auto P>
 struct RawRing<P, true> {
   alignas(128) u8 raw[Traits<P>::kRawStages][Traits<P>::kRawBytes];
-  int raw_valid[Traits<P>::kRawStages][P.block_n];  // 1: the key's row was gathered
+  int raw_valid[Traits<P>::kRawStages][kGatherKeys];  // 1: the key's row was gathered
   MBarrier raw_full[Traits<P>::kRawStages][2];      // per half: its 128 threads' cp.async landed
 };
 
@@ -101,9 +110,11 @@ template <auto P>
 struct SharedStorage : RawRing<P> {
   using T = Traits<P>;
   alignas(1024) u8 q[T::kQBytes];                     // Q [64 rows][576] as 9 chunks
-  alignas(1024) u8 kv[T::kKvStages][T::kTileBytes];   // K [block_n keys][576] as 9 chunks; V = chunks 0..7
+  // The KV ring: K [stages · 32 keys][576] as 9 chunks of [rows][128 B], stage st's keys
+  // at rows [32·st, +32), so adjacent stages form one 64-row step; V = chunks 0..7.
+  alignas(1024) u8 kv[T::kKvStages * T::kTileBytes];
   alignas(1024) u8 p[T::kPBytes];                     // P [64 rows][block_n keys], kPSwizzle
-  int valid[T::kKvStages][P.block_n];                 // 1: the key's row was gathered; 0: masked
+  int valid[T::kRingRows];                            // per ring row: 1 gathered; 0 masked
   float row_scale[64];                                // exp2(m_old - m_new) of the current tile
   float row_max[64];                                  // final m (log2 units)
   float row_sum[64];                                  // final l
@@ -119,11 +130,11 @@ inline constexpr bool kPlanMatches =
 
 using QTile = WgmmaKMajorTile<Swizzle::k128B, 64>;  // Q: K-major, 64 rows
 template <auto P>
-using KTile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;  // K: K-major, block_n key rows
+using KTile = WgmmaKMajorTile<Swizzle::k128B, Traits<P>::kRingRows>;  // K: K-major, the ring's rows
 template <auto P>
 using PTile = WgmmaKMajorTile<Traits<P>::kPSwizzle, 64>;  // P: K-major, 64 rows
 template <auto P>
-using VTile = WgmmaMNMajorTile<Swizzle::k128B, P.block_n>;  // V: MN-major, block_n key rows
+using VTile = WgmmaMNMajorTile<Swizzle::k128B, Traits<P>::kRingRows>;  // V: MN-major, the ring's rows
 
 // What a CTA works on.
 struct Work {
@@ -158,10 +169,13 @@ ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq) {
   w.n_keys = w.n_main + clamped_length(a.extra, w.token, w.batch);
   const int split = static_cast<int>(blockIdx.y);
   w.slot = a.num_splits > 1 ? w.batch * a.num_splits + split : -1;
-  const int tiles = (w.n_keys + P.block_n - 1) / P.block_n;
-  const int per_split = (tiles + a.num_splits - 1) / a.num_splits;
-  w.tile_begin = min(tiles, split * per_split);
-  w.tile_end = min(tiles, w.tile_begin + per_split);
+  // In 32-key gather tiles; a split's run is whole steps, so a step padded past the key
+  // list's end (its keys masked) never reaches into the next split's keys.
+  constexpr int kStep = Traits<P>::kStepTiles;
+  const int steps = (w.n_keys + P.block_n - 1) / P.block_n;
+  const int per_split = (steps + a.num_splits - 1) / a.num_splits * kStep;
+  w.tile_begin = min(steps * kStep, split * per_split);
+  w.tile_end = min(steps * kStep, w.tile_begin + per_split);
   return w;
 }
 
@@ -217,9 +231,9 @@ ATTNJIT_DEVICE void gather_tile(SharedStorage<P>& s, const Args& a, const Work& 
   constexpr int kTpk = T::kThreadsPerKey;
   const int tid = thread_in_warpgroup();
   const int key = tid / kTpk, part = tid % kTpk;
-  const int j = tile * P.block_n + key;
+  const int j = tile * kGatherKeys + key;
   const u8* row = key_row<P>(a, w, j, idx);
-  idx = key_index<P>(a, w, j + P.block_n);
+  idx = key_index<P>(a, w, j + kGatherKeys);
   const u8* src = row != nullptr ? row : static_cast<const u8*>(a.main.rows);
   const u32 src_bytes = row != nullptr ? 16u : 0u;
   const bool marks = half == 0 && part == 0;  // the one thread that records the key's validity
@@ -227,18 +241,19 @@ ATTNJIT_DEVICE void gather_tile(SharedStorage<P>& s, const Args& a, const Work& 
   // plain pointer stores would be generic ones (common/smem.cuh).
   if constexpr (!T::kFp8) {
     const int st = i % T::kKvStages;
-    if (marks) st_shared_u32(smem_u32(&s.valid[st][key]), row != nullptr ? 1u : 0u);
-    const u32 dst0 = smem_u32(s.kv[st]);
+    const int ring_row = st * kGatherKeys + key;
+    if (marks) st_shared_u32(smem_u32(&s.valid[ring_row]), row != nullptr ? 1u : 0u);
+    const u32 dst0 = smem_u32(s.kv);
 #pragma unroll
     for (int k = 0; k < T::kHalfUnits / kTpk; ++k) {
       const int u = half * T::kHalfUnits + part + k * kTpk;
-      cp_async_16(dst0 + KTile<P>::byte_offset(key, 16 * u), src + 16 * u, src_bytes);
+      cp_async_16(dst0 + KTile<P>::byte_offset(ring_row, 16 * u), src + 16 * u, src_bytes);
     }
 #pragma unroll
     for (int k = 0; k < (T::kHalfRopeUnits + kTpk - 1) / kTpk; ++k) {
       const int u = 2 * T::kHalfUnits + half * T::kHalfRopeUnits + part + k * kTpk;
       if (part + k * kTpk < T::kHalfRopeUnits)
-        cp_async_16(dst0 + KTile<P>::byte_offset(key, 16 * u), src + 16 * u, src_bytes);
+        cp_async_16(dst0 + KTile<P>::byte_offset(ring_row, 16 * u), src + 16 * u, src_bytes);
     }
     cp_async_arrive(&s.kv_full[st]);
   } else {
@@ -286,9 +301,10 @@ ATTNJIT_DEVICE void widen_tile(SharedStorage<P>& s, int i, int half) {
   const int rst = i % T::kRawStages, st = i % T::kKvStages;
   mbarrier_wait(&s.raw_full[rst][half], static_cast<u32>(i / T::kRawStages) & 1u);
   const u32 src = smem_u32(s.raw[rst]) + static_cast<u32>(key * kRawRowStride);
-  const u32 dst0 = smem_u32(s.kv[st]);
+  const u32 dst0 = smem_u32(s.kv);
+  const int ring_row = st * kGatherKeys + key;
   if (half == 0 && part == 0)
-    st_shared_u32(smem_u32(&s.valid[st][key]), ld_shared_u32(smem_u32(&s.raw_valid[rst][key])));
+    st_shared_u32(smem_u32(&s.valid[ring_row]), ld_shared_u32(smem_u32(&s.raw_valid[rst][key])));
   const uint4 sc4 = ld_shared_16(src + (half == 0 ? kFp8ScaleOffset : kRawScaleCopy));
   // This half's two scales: unit u = 16·half + part + k·kTpk lies in block 2·half +
   // (k·kTpk) / 8 for every part (kTpk divides 8), so the choice is a constant.
@@ -309,14 +325,14 @@ ATTNJIT_DEVICE void widen_tile(SharedStorage<P>& s, int i, int half) {
       out[2 * q] = pack2<DType::kBF16>(f0 * sc, f1 * sc);
       out[2 * q + 1] = pack2<DType::kBF16>(f2 * sc, f3 * sc);
     }
-    st_shared_16(dst0 + KTile<P>::byte_offset(key, 32 * u), make_uint4(out[0], out[1], out[2], out[3]));
-    st_shared_16(dst0 + KTile<P>::byte_offset(key, 32 * u + 16), make_uint4(out[4], out[5], out[6], out[7]));
+    st_shared_16(dst0 + KTile<P>::byte_offset(ring_row, 32 * u), make_uint4(out[0], out[1], out[2], out[3]));
+    st_shared_16(dst0 + KTile<P>::byte_offset(ring_row, 32 * u + 16), make_uint4(out[4], out[5], out[6], out[7]));
   }
 #pragma unroll
   for (int k = 0; k < (T::kHalfRopeUnits + kTpk - 1) / kTpk; ++k) {  // rope, 8 bf16 per unit, as stored
     const int u = half * T::kHalfRopeUnits + part + k * kTpk;
     if (part + k * kTpk < T::kHalfRopeUnits)
-      st_shared_16(dst0 + KTile<P>::byte_offset(key, 2 * kValueDim + 16 * u), ld_shared_16(src + kFp8RopeOffset + 16 * u));
+      st_shared_16(dst0 + KTile<P>::byte_offset(ring_row, 2 * kValueDim + 16 * u), ld_shared_16(src + kFp8RopeOffset + 16 * u));
   }
   fence_proxy_async_smem();  // the generic-proxy stores are read by wgmma (async proxy)
 }
@@ -339,13 +355,17 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const Args& a, const 
   named_barrier_sync(static_cast<u32>(Bar::kFirstTiles), T::kBarThreads);
   if (w.tile_begin < w.tile_end) mbarrier_wait(&s.q_full, 0);
   const u32 q_addr = smem_u32(s.q);
-  for (int tile = w.tile_begin, i = 0; tile < w.tile_end; ++tile, ++i) {
-    const int st = i % T::kKvStages;
+  // One step: gather tiles i .. i + kStepTiles - 1 (relative), in adjacent ring stages.
+  for (int tile = w.tile_begin, i = 0; tile < w.tile_end; tile += T::kStepTiles, i += T::kStepTiles) {
+    const int st = i % T::kKvStages;  // the step's first stage
     if constexpr (!T::kFp8) {
-      mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / T::kKvStages) & 1u);
+#pragma unroll
+      for (int t = 0; t < T::kStepTiles; ++t)
+        mbarrier_wait(&s.kv_full[st + t], static_cast<u32>(i / T::kKvStages) & 1u);
       fence_proxy_async_smem();  // cp.async wrote in the generic proxy; wgmma reads in the async one
     }
-    const u32 k_addr = smem_u32(s.kv[st]);
+    const u32 k_addr = smem_u32(s.kv);
+    const u32 row0 = static_cast<u32>(st * kGatherKeys);  // the step's first ring row
     // S[64 × block_n] = Q[64 × 576] · K[block_n × 576]ᵀ: 9 chunks × 4 k16 steps, fully
     // unrolled (a rolled loop made ptxas serialize the wgmmas, see sm90_mla_decode.cuh).
     wgmma_fence();
@@ -354,7 +374,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const Args& a, const 
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const u32 k_byte = static_cast<u32>(c * 128 + kk * 32);
-        wgmma_ss<DType::kBF16, P.block_n>(sc, QTile::desc(q_addr, k_byte), KTile<P>::desc(k_addr, k_byte),
+        wgmma_ss<DType::kBF16, P.block_n>(sc, QTile::desc(q_addr, k_byte), KTile<P>::desc(k_addr, k_byte, row0),
                                           c > 0 || kk > 0);
       }
     wgmma_commit();
@@ -363,7 +383,7 @@ ATTNJIT_DEVICE void softmax_warpgroup(SharedStorage<P>& s, const Args& a, const 
 
     // Mask skipped keys by replacement, then the online softmax (4 lanes share a row).
     float tile_max[2] = {neg_inf(), neg_inf()};
-    const u32 valid_addr = smem_u32(s.valid[st]);
+    const u32 valid_addr = smem_u32(&s.valid[row0]);
 #pragma unroll
     for (int i2 = 0; i2 < P.block_n / 2; ++i2) {
       const int r = (i2 / 2) % 2;
@@ -480,7 +500,7 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
   const int tiles = w.tile_end - w.tile_begin;
   // bf16: the ring's tiles ahead of S; fp8: the raw ring's, of which two are widened.
   constexpr int kAhead = T::kFp8 ? T::kRawStages : T::kKvStages;
-  int idx = key_index<P>(a, w, w.tile_begin * P.block_n + tid / T::kThreadsPerKey);
+  int idx = key_index<P>(a, w, w.tile_begin * kGatherKeys + tid / T::kThreadsPerKey);
   for (int i = 0; i < kAhead && i < tiles; ++i) gather_tile<P>(s, a, w, w.tile_begin + i, i, half, idx);
   if constexpr (T::kFp8) {
     for (int i = 0; i < 2 && i < tiles; ++i) {
@@ -489,16 +509,19 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
     }
   }
   named_barrier_arrive(static_cast<u32>(Bar::kFirstTiles), T::kBarThreads);
-  for (int tile = w.tile_begin, i = 0; tile < w.tile_end; ++tile, ++i) {
-    const int st = i % T::kKvStages;
+  for (int tile = w.tile_begin, i = 0; tile < w.tile_end; tile += T::kStepTiles, i += T::kStepTiles) {
+    const int st = i % T::kKvStages;  // the step's first stage
     if (tile == w.tile_begin) named_barrier_arrive(static_cast<u32>(Bar::kPFree), T::kBarThreads);
     named_barrier_sync(static_cast<u32>(Bar::kPReady), T::kBarThreads);
     if constexpr (!T::kFp8) {
-      // Already complete (WG0 waited on it first): makes the cp.async data visible here.
-      mbarrier_wait(&s.kv_full[st], static_cast<u32>(i / T::kKvStages) & 1u);
+      // Already complete (WG0 waited on them first): makes the cp.async data visible here.
+#pragma unroll
+      for (int t = 0; t < T::kStepTiles; ++t)
+        mbarrier_wait(&s.kv_full[st + t], static_cast<u32>(i / T::kKvStages) & 1u);
       fence_proxy_async_smem();
     }  // fp8: this warpgroup widened its half of the tile itself, and fenced
-    const u32 v_addr = smem_u32(s.kv[st]);
+    const u32 v_addr = smem_u32(s.kv);
+    const u32 row0 = static_cast<u32>(st * kGatherKeys);  // the step's first ring row
     const float scale0 = ld_shared_f32(smem_u32(&s.row_scale[wgmma_acc_coord(tid, 0).row]));
     const float scale1 = ld_shared_f32(smem_u32(&s.row_scale[wgmma_acc_coord(tid, 2).row]));
 #pragma unroll
@@ -507,18 +530,21 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
 #pragma unroll
     for (int ks = 0; ks < P.block_n / 16; ++ks)
       wgmma_ss<DType::kBF16, T::kHalfCols, WgmmaMajor::kK, WgmmaMajor::kMN>(
-          o, PTile<P>::desc(p_addr, ks * 32), VTile<P>::desc(v_addr, ks * 16, v_col_byte), true);
+          o, PTile<P>::desc(p_addr, ks * 32), VTile<P>::desc(v_addr, row0 + ks * 16, v_col_byte), true);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    // This half of stage st is read: refill it, then let WG0 on (kPFree also publishes it).
+    // This half of the step's stages is read: refill them, then let WG0 on (kPFree also
+    // publishes them).
     if constexpr (!T::kFp8) {
-      if (i + kAhead < tiles) gather_tile<P>(s, a, w, tile + kAhead, i + kAhead, half, idx);
+#pragma unroll
+      for (int t = 0; t < T::kStepTiles; ++t)
+        if (i + t + kAhead < tiles) gather_tile<P>(s, a, w, tile + t + kAhead, i + t + kAhead, half, idx);
     } else if (i + 2 < tiles) {
       widen_tile<P>(s, i + 2, half);  // its raw stage is then free
       if (i + 2 + kAhead < tiles) gather_tile<P>(s, a, w, tile + 2 + kAhead, i + 2 + kAhead, half, idx);
     }
-    if (tile + 1 < w.tile_end) named_barrier_arrive(static_cast<u32>(Bar::kPFree), T::kBarThreads);
+    if (tile + T::kStepTiles < w.tile_end) named_barrier_arrive(static_cast<u32>(Bar::kPFree), T::kBarThreads);
   }
   named_barrier_sync(static_cast<u32>(Bar::kStats), T::kBarThreads);
   const int r0 = wgmma_acc_coord(tid, 0).row, r1 = wgmma_acc_coord(tid, 2).row;

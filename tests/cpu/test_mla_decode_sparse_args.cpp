@@ -77,8 +77,17 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'stages'", "shared memory");
   bad.cache_layout = MlaSparseLayout::kBF16;
   REQUIRE_NOTHROW(bad.validate());  // bf16: 4 tiles of 36 KiB fit
-  bad.block_n = 64;
+  bad.block_n = 64;  // bf16, stages 4: two 64-key steps in the ring
+  REQUIRE_NOTHROW(bad.validate());
+  bad.stages = 3;  // a ring of 1.5 steps
+  REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "stages 4");
+  bad.stages = 4;
+  bad.cache_layout = MlaSparseLayout::kFp8;  // fp8 widens into 32-key steps
+  REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "bf16");
+  bad.block_n = 48;
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
+  CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 128).block_n == 64);
+  CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kFp8, 128).block_n == 32);
   REQUIRE_ERROR(MlaDecodeSparseConfig::from_json(R"({"cache_layout":"fp16"})"),
                 ErrorKind::kUnsupportedConfig, "cache_layout");
   const ops::OpSpec& op = ops::find_op("mla_decode_sparse");

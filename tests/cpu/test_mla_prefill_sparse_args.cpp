@@ -68,20 +68,23 @@ MlaPrefillSparseArgs with(TensorView MlaPrefillSparseArgs::*field, const TensorV
 TEST_CASE("mla_prefill_sparse config: defaults, rules, JSON and its kernel", "[mla_prefill_sparse][config]") {
   const MlaPrefillSparseConfig c = mla_prefill_sparse_default_config(128);
   CHECK(c.num_heads == 128);
+  CHECK(c.block_n == 64);
   CHECK(c.stages == 4);
   REQUIRE_NOTHROW(c.validate());
   CHECK(MlaPrefillSparseConfig::from_json(c.to_json()) == c);
-  const MlaPrefillSparseConfig h64 = MlaPrefillSparseConfig::from_json(R"({"num_heads": 64, "stages": 3})");
+  const MlaPrefillSparseConfig h64 =
+      MlaPrefillSparseConfig::from_json(R"({"num_heads": 64, "block_n": 32, "stages": 3})");
   CHECK(h64.num_heads == 64);
+  CHECK(h64.block_n == 32);
   CHECK(h64.stages == 3);
   CHECK(MlaPrefillSparseConfig::from_json(h64.to_json()) == h64);
   CHECK(h64.describe().find("64") != std::string::npos);
-  // The kernel: mla_decode_sparse's, bf16 rows, 32-key tiles, the same h and ring depth.
+  // The kernel: mla_decode_sparse's, bf16 rows, the same h, step and ring depth.
   for (const MlaPrefillSparseConfig& p : {c, h64, mla_prefill_sparse_default_config(16)}) {
     const MlaDecodeSparseConfig k = p.kernel();
     CHECK(k.cache_layout == MlaSparseLayout::kBF16);
     CHECK(k.num_heads == p.num_heads);
-    CHECK(k.block_n == 32);
+    CHECK(k.block_n == p.block_n);
     CHECK(k.stages == p.stages);
     REQUIRE_NOTHROW(k.validate());
   }
@@ -97,8 +100,11 @@ TEST_CASE("mla_prefill_sparse config: defaults, rules, JSON and its kernel", "[m
   }
   REQUIRE_ERROR(MlaPrefillSparseConfig::from_json(R"({"num_heads": 129})"), ErrorKind::kUnsupportedConfig,
                 "'num_heads'");
-  REQUIRE_ERROR(MlaPrefillSparseConfig::from_json(R"({"block_n": 64})"), ErrorKind::kUnsupportedConfig,
-                "block_n");
+  // 64-key steps need the 4-stage ring (two steps); other step sizes do not exist.
+  REQUIRE_ERROR(MlaPrefillSparseConfig::from_json(R"({"block_n": 64, "stages": 3})"),
+                ErrorKind::kUnsupportedConfig, "'block_n'", "stages 4");
+  REQUIRE_ERROR(MlaPrefillSparseConfig::from_json(R"({"block_n": 128})"), ErrorKind::kUnsupportedConfig,
+                "'block_n'");
   REQUIRE_ERROR(MlaPrefillSparseConfig::from_json(R"({"stages": "four"})"), ErrorKind::kUnsupportedConfig,
                 "'stages'");
 }

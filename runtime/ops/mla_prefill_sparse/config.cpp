@@ -36,6 +36,8 @@ jit::KernelRecipe recipe(const MlaPrefillSparseConfig& c, Arch arch) {
 
 void MlaPrefillSparseConfig::validate() const {
   table().check_rules(*this);
+  if (block_n == 64 && stages != 4)  // the ring must hold two 64-key steps
+    fail_config(table().where("block_n"), fmt::format("64 needs stages 4, got stages {}", stages));
   kernel().validate();  // the kernel's own limits (shared memory)
 }
 
@@ -53,7 +55,7 @@ MlaDecodeSparseConfig MlaPrefillSparseConfig::kernel() const {
   MlaDecodeSparseConfig k;
   k.cache_layout = MlaSparseLayout::kBF16;
   k.num_heads = num_heads;
-  k.block_n = 32;
+  k.block_n = block_n;
   k.stages = stages;
   return k;
 }
@@ -61,7 +63,9 @@ MlaDecodeSparseConfig MlaPrefillSparseConfig::kernel() const {
 MlaPrefillSparseConfig mla_prefill_sparse_default_config(int num_heads) {
   MlaPrefillSparseConfig c;
   c.num_heads = num_heads;
-  // Q (72 KiB) + four 36 KiB tiles of 32 gathered keys: as deep as the 227 KiB allow.
+  // Q (72 KiB) + four 36 KiB stages of 32 gathered keys (the 227 KiB exactly, with P),
+  // S and P·V in 64-key steps over pairs of stages.
+  c.block_n = 64;
   c.stages = 4;
   return c;
 }
