@@ -54,7 +54,7 @@ ATTNJIT_PLAN int row_tiles(int num_heads) { return (num_heads + 63) / 64; }
 
 // The main kernel's argument block (after the q tensor map). Keys of a token are its main
 // keys, then its extra keys, in one softmax; the split cuts that list into equal runs of
-// block_n-key tiles.
+// block_n-key steps.
 struct Args {
   Pool main, extra;
   const float* sink;  // [h] f32, or null (applied here when unsplit, else by the combine)

@@ -2,24 +2,27 @@
 // sm90_mla_decode_sparse: DeepSeek V3.2 sparse MLA decode on Hopper.
 //
 // One CTA = 64 heads (row tile) of one query token (blockIdx.x = (batch·q_len + q_idx) ·
-// row_tiles + row tile, layout.cuh) over one split (blockIdx.y) of that token's key list: its main top-k keys, then
-// its extra-cache keys, cut into block_n-key tiles. Query tokens of a sequence share no
-// keys (each has its own indices), so rows are never packed across tokens; h < 64 leaves
-// the tile's other rows idle (their output is discarded).
+// row_tiles + row tile, layout.cuh) over one split (blockIdx.y) of that token's key list:
+// its main top-k keys, then its extra-cache keys, gathered in 32-key tiles (the ring's
+// stages) and computed in block_n-key steps (bf16 64: two adjacent stages; fp8 32). Query
+// tokens of a sequence share no keys (each has its own indices), so rows are never packed
+// across tokens; h < 64 leaves the tile's other rows idle (their output is discarded).
+// mla_prefill_sparse runs this kernel with every token a one-token sequence.
 //
 // Three warpgroups, mla_decode's softmax_wg schedule (sm90_mla_decode.cuh) as the model:
-//   WG0  per tile S = Q·Kᵀ, mask, online softmax; P and the row rescale factors to shared
+//   WG0  per step S = Q·Kᵀ, mask, online softmax; P and the row rescale factors to shared
 //        memory. Nothing else: its chain is the kernel's critical path.
 //   WG1, WG2  O[:, half] = O·scale + P·V[:, half] (V = the first 512 columns of the tile),
 //        and the gather, each the half of every row whose V columns it reads (and half
 //        the rope), as soon as its own P·V of the stage is done:
 //        bf16: rows by 16-byte cp.async straight into the swizzled KV ring (`stages` deep),
-//          completing on the stage's mbarrier; tile i + stages refills tile i's stage;
+//          completing on the stage's mbarrier; tile i + stages refills tile i's stage
+//          after the P·V of tile i's step (the ring holds two steps at least);
 //        fp8: rows as stored by cp.async into a raw ring (`stages` deep), then widened
 //          (e4m3 · block scale → bf16) into a ring of two KV tiles: after its P·V of tile
 //          i a warpgroup widens tile i + 2 into tile i's stage and refills the raw stage.
-//        Their kPFree arrival after that work is what lets WG0 reach tile i + 2's S, so
-//        the gather and widening overlap WG0's S and softmax of tile i + 1.
+//        Their kPFree arrival after that work is what lets WG0 on to the step after the
+//        next, so the gather and widening overlap WG0's S and softmax of the next step.
 //
 // Safety: an index outside [0, rows) is never dereferenced — its K/V row is zero-filled and
 // its score replaced by -inf, so NaN in unreferenced rows cannot reach the output. A row
