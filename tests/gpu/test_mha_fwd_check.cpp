@@ -13,12 +13,6 @@ using test::DeviceBuffer;
 
 namespace {
 
-struct CheckModeScope {
-  bool was = check_mode();
-  explicit CheckModeScope(bool on) { set_check_mode(on); }
-  ~CheckModeScope() { set_check_mode(was); }
-};
-
 std::vector<uint16_t> random_bf16(size_t n) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<uint16_t> v(n);
@@ -31,7 +25,7 @@ std::vector<uint16_t> random_bf16(size_t n) {
 TEST_CASE("mha_fwd checked mode names the first bad offset, length or table entry",
           "[gpu][mha_fwd][check]") {
   if (!test::gpu_or_skip()) return;
-  const CheckModeScope scope(true);
+  const test::CheckModeScope scope(true);
   const int b = 2, h = 4, d = 64;
 
   SECTION("ragged q and k offsets") {

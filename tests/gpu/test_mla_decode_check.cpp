@@ -12,16 +12,6 @@
 using namespace attnjit;
 using test::DeviceBuffer;
 
-namespace {
-
-// Restores the process's check mode when a test ends, whatever happens.
-struct CheckModeScope {
-  bool was = check_mode();
-  explicit CheckModeScope(bool on) { set_check_mode(on); }
-  ~CheckModeScope() { set_check_mode(was); }
-};
-
-}  // namespace
 
 TEST_CASE("mla_decode checked mode names the first bad offset, length or table entry",
           "[gpu][mla_decode][check]") {
@@ -43,7 +33,7 @@ TEST_CASE("mla_decode checked mode names the first bad offset, length or table e
   a.cache_lens = TensorView::contiguous(lens_d.data(), DType::kI32, {b});
   a.out = TensorView::contiguous(out_d.data(), DType::kBF16, {b, 1, h, 512});
   a.softmax_scale = 0.0722f;
-  const CheckModeScope scope(true);
+  const test::CheckModeScope scope(true);
 
   // Sequence 1 uses 3 pages (L = 150); its slot 2 holds 99, not a page of the 4-page pool.
   // Slot 3 is past its length, so garbage there is fine.

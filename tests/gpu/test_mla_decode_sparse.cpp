@@ -45,12 +45,6 @@ void run_and_judge(const json& c) {
   CHECK(v.passed);
 }
 
-struct CheckModeScope {
-  bool was = check_mode();
-  explicit CheckModeScope(bool on) { set_check_mode(on); }
-  ~CheckModeScope() { set_check_mode(was); }
-};
-
 }  // namespace
 
 TEST_CASE("mla_decode_sparse matches float64 on hostile indices", "[gpu][mla_decode_sparse]") {
@@ -120,7 +114,7 @@ TEST_CASE("mla_decode_sparse replays from a CUDA graph with new indices",
 TEST_CASE("mla_decode_sparse checked mode names the first bad index or length",
           "[gpu][mla_decode_sparse][check]") {
   if (!test::gpu_or_skip()) return;
-  const CheckModeScope scope(true);
+  const test::CheckModeScope scope(true);
   // Hostile indices hold values past the pool and negatives other than -1.
   const auto p = harness::find_problem("mla_decode_sparse").make(hostile({}), test::rng()(), 0);
   const harness::Prepared run = p->prepare(nullptr);

@@ -59,12 +59,6 @@ void run_and_judge(const json& c, int sampled_rows = 0) {
   CHECK(v.passed);
 }
 
-struct CheckModeScope {
-  bool was = check_mode();
-  explicit CheckModeScope(bool on) { set_check_mode(on); }
-  ~CheckModeScope() { set_check_mode(was); }
-};
-
 }  // namespace
 
 TEST_CASE("mla_prefill_sparse passes every test row of its problem", "[gpu][mla_prefill_sparse]") {
@@ -180,7 +174,7 @@ TEST_CASE("mla_prefill_sparse replays from a CUDA graph with new indices", "[gpu
 
 TEST_CASE("mla_prefill_sparse checked mode names the first bad index or length", "[gpu][mla_prefill_sparse][check]") {
   if (!test::gpu_or_skip()) return;
-  const CheckModeScope scope(true);
+  const test::CheckModeScope scope(true);
   // Hostile indices hold values past the pool and negatives other than -1.
   const auto p = make(hostile({}));
   const harness::Prepared run = p->prepare(nullptr);

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "attnjit/runtime.hpp"
 #include "support/harness.hpp"
 
 namespace attnjit::test {
@@ -21,5 +22,14 @@ bool gpu_or_skip();
 // A generator seeded from ATTNJIT_TEST_SEED or the clock; the seed is printed so a
 // failure can be replayed.
 std::mt19937_64& rng();
+
+// Checked mode (ATTNJIT_CHECK) on or off for a scope, restored after it.
+struct CheckModeScope {
+  bool was = check_mode();
+  explicit CheckModeScope(bool on) { set_check_mode(on); }
+  ~CheckModeScope() { set_check_mode(was); }
+  CheckModeScope(const CheckModeScope&) = delete;
+  CheckModeScope& operator=(const CheckModeScope&) = delete;
+};
 
 }  // namespace attnjit::test
