@@ -85,7 +85,7 @@ ATTNJIT_PLAN int raw_tile_bytes(int block_n) { return (block_n * kRawRowStride +
 // Dynamic shared memory of the main kernel: Q, the KV tiles, P, the raw ring (fp8), each
 // tile's key validity, row statistics, mbarriers, rounded to the 1024-byte tile alignment,
 // plus 1024 to realign the dynamic base. The kernel's SharedStorage static_asserts it.
-ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages) {
+ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages, bool two_consumers) {
   const int kv = kv_stages(fp8, stages);
   const int q_tile = 64 * kHeadDim * 2;            // 72 KiB
   const int kv_tile = kGatherKeys * kHeadDim * 2;  // 36 KiB per ring stage
@@ -96,7 +96,10 @@ ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages) {
   const int valid = kv * kGatherKeys * 4;  // 1: the key's row is gathered
   const int stats = 3 * 64 * 4;        // row scale, max, sum
   const int barriers = (1 + kv) * 8;
-  const int body = raw + q_tile + kv_tile * kv + p_tile + valid + stats + barriers;
+  // two_consumers: each consumer's row max (then row sum) for the other, and a free
+  // mbarrier per stage.
+  const int exchange = two_consumers ? 2 * 64 * 4 + kv * 8 : 0;
+  const int body = raw + q_tile + kv_tile * kv + p_tile + valid + stats + barriers + exchange;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 

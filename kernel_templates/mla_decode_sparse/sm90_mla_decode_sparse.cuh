@@ -48,10 +48,12 @@ using mla_decode::Seq;
 using mla_decode::sequence;
 
 enum class CacheLayout : int { kFp8, kBF16 };
+enum class Schedule : int { kSoftmaxWarpgroup, kTwoConsumers };
 
 template <auto P>
 struct Traits {
   static constexpr bool kFp8 = P.cache_layout == CacheLayout::kFp8;
+  static constexpr bool kTwoConsumers = P.schedule == Schedule::kTwoConsumers;
   static constexpr int kThreads = 3 * kWarpgroupThreads;
   static constexpr int kChunks = kHeadDim * 2 / 128;       // 9 column spans of 64 bf16
   // Rows are gathered in 32-key tiles (the ring's stages); S and P·V step over block_n
@@ -70,6 +72,10 @@ struct Traits {
   static constexpr int kSoftmaxRegs = 120;
   static constexpr int kPvRegs = 192;
   static_assert(kSoftmaxRegs + 2 * kPvRegs <= 3 * 168, "register budgets over the launch's");
+  // two_consumers: the producer only gathers; a consumer holds O[64 × 256] and S[64 × 32].
+  static constexpr int kProducerRegs = 72;
+  static constexpr int kConsumerRegs = 216;
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budgets over the launch's");
   static constexpr int kBarThreads = kThreads;             // kPFree, kPReady, kStats, kFirstTiles: all three
   static constexpr int kKvStages = kv_stages(kFp8, P.stages);
   static constexpr int kRawStages = kFp8 ? P.stages : 0;
@@ -89,6 +95,8 @@ struct Traits {
   static_assert(kKvStages % kStepTiles == 0 && kKvStages >= 2 * kStepTiles,
                 "the ring holds whole steps, two at least (S of one beside P·V of the other)");
   static_assert(P.num_heads >= 8 && P.num_heads <= 128, "h in 8..128");
+  static_assert(!kTwoConsumers || (!kFp8 && P.block_n == 64 && P.stages == 4),
+                "two_consumers: bf16, 64-key steps (one 32-key stage per consumer's S), 4 stages");
 };
 
 enum class Bar : u32 {
@@ -109,6 +117,17 @@ struct RawRing<P, true> {
   MBarrier raw_full[Traits<P>::kRawStages][2];      // per half: its 128 threads' cp.async landed
 };
 
+// two_consumers: what the consumers exchange each step, and the stages' free signals.
+template <auto P, bool kTwo = Traits<P>::kTwoConsumers>
+struct ConsumerExchange {};
+template <auto P>
+struct ConsumerExchange<P, true> {
+  // Consumer c's row max over its 32 keys of a step (log2 units); after the last step,
+  // its row sum over all its keys.
+  float rows[2][64];
+  MBarrier kv_empty[Traits<P>::kKvStages];  // every consumer thread is done with the stage
+};
+
 template <auto P>
 struct SharedStorage : RawRing<P> {
   using T = Traits<P>;
@@ -122,14 +141,15 @@ struct SharedStorage : RawRing<P> {
   float row_max[64];                                  // final m (log2 units)
   float row_sum[64];                                  // final l
   MBarrier q_full;
-  MBarrier kv_full[T::kKvStages];  // bf16: both P·V warpgroups' cp.async of a stage landed
+  MBarrier kv_full[T::kKvStages];  // bf16: both halves' cp.async of a stage landed
+  ConsumerExchange<P> x;           // two_consumers only (else empty, within the rounding)
 };
 
 template <auto P>
 inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
 template <auto P>
 inline constexpr bool kPlanMatches =
-    kDynamicSmemBytes<P> == smem_bytes(Traits<P>::kFp8, P.block_n, P.stages);
+    kDynamicSmemBytes<P> == smem_bytes(Traits<P>::kFp8, P.block_n, P.stages, Traits<P>::kTwoConsumers);
 
 using QTile = WgmmaKMajorTile<Swizzle::k128B, 64>;  // Q: K-major, 64 rows
 template <auto P>
@@ -556,6 +576,12 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, const Work&
   write_output<P>(o, half, a, w, seq, m, l);
 }
 
+}  // namespace attnjit::mla_decode_sparse
+
+#include "mla_decode_sparse/two_consumers.cuh"
+
+namespace attnjit::mla_decode_sparse {
+
 template <auto P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     kernel(const __grid_constant__ TmaDesc q_map,  // [total_q·h, 576] bf16, box [64, 64]
@@ -573,9 +599,14 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
     prefetch_tma_desc(q_map);
     mbarrier_init(&s.q_full, 1);
-    // One arrival per gathering thread, fired by its cp.async (cp_async_arrive): both P·V
-    // warpgroups fill a KV stage; a raw stage's half is one warpgroup's.
-    for (int i = 0; i < Traits<P>::kKvStages; ++i) mbarrier_init(&s.kv_full[i], 2 * kWarpgroupThreads);
+    // One arrival per gathering thread and half row, fired by its cp.async
+    // (cp_async_arrive): both P·V warpgroups fill a KV stage (two_consumers: the producer,
+    // both halves, plus one release arrival per key that publishes its validity); a raw
+    // stage's half is one warpgroup's.
+    for (int i = 0; i < Traits<P>::kKvStages; ++i) {
+      mbarrier_init(&s.kv_full[i], 2 * kWarpgroupThreads + (Traits<P>::kTwoConsumers ? kGatherKeys : 0));
+      if constexpr (Traits<P>::kTwoConsumers) mbarrier_init(&s.x.kv_empty[i], 2 * kWarpgroupThreads);
+    }
     if constexpr (Traits<P>::kFp8)
       for (int i = 0; i < Traits<P>::kRawStages; ++i)
         for (int h = 0; h < 2; ++h) mbarrier_init(&s.raw_full[i][h], kWarpgroupThreads);
@@ -588,7 +619,15 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     for (int c = 0; c < Traits<P>::kChunks; ++c)
       tma_load_2d(q_map, &s.q_full, s.q + c * 64 * 128, c * 64, q_row);
   }
-  if (wg == 0) {
+  if constexpr (Traits<P>::kTwoConsumers) {
+    if (wg == 0) {
+      warpgroup_reg_dealloc<Traits<P>::kProducerRegs>();
+      producer_warpgroup<P>(s, args, w);
+    } else {
+      warpgroup_reg_alloc<Traits<P>::kConsumerRegs>();
+      consumer_warpgroup<P>(s, args, w, seq, wg - 1);
+    }
+  } else if (wg == 0) {
     warpgroup_reg_dealloc<Traits<P>::kSoftmaxRegs>();
     softmax_warpgroup<P>(s, args, w);
   } else {

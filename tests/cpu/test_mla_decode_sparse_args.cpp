@@ -88,6 +88,17 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
   CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 128).block_n == 64);
   CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kFp8, 128).block_n == 32);
+  // two_consumers: 64-key steps (so bf16 and stages 4 too); the default stays softmax_wg.
+  MlaDecodeSparseConfig two = mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 64);
+  CHECK(two.schedule == MlaSparseSchedule::kSoftmaxWarpgroup);
+  two.schedule = MlaSparseSchedule::kTwoConsumers;
+  REQUIRE_NOTHROW(two.validate());
+  CHECK(MlaDecodeSparseConfig::from_json(two.to_json()) == two);
+  two.block_n = 32;
+  REQUIRE_ERROR(two.validate(), ErrorKind::kUnsupportedConfig, "'schedule'", "block_n 64");
+  two.block_n = 64;
+  two.cache_layout = MlaSparseLayout::kFp8;
+  REQUIRE_ERROR(two.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "bf16");
   REQUIRE_ERROR(MlaDecodeSparseConfig::from_json(R"({"cache_layout":"fp16"})"),
                 ErrorKind::kUnsupportedConfig, "cache_layout");
   const ops::OpSpec& op = ops::find_op("mla_decode_sparse");

@@ -32,11 +32,12 @@ json hostile(json extra) {
   return c;
 }
 
-// Plans with the runtime's choices, poisons the output, runs once and judges every row.
-void run_and_judge(const json& c) {
-  INFO(c.dump());
+// Plans with the runtime's choices (or `config` laid over them), poisons the output, runs
+// once and judges every row.
+void run_and_judge(const json& c, const json* config = nullptr) {
+  INFO(c.dump() << (config ? " config " + config->dump() : ""));
   const auto p = harness::find_problem("mla_decode_sparse").make(c, test::rng()(), 0);
-  const harness::Prepared run = p->prepare(nullptr);
+  const harness::Prepared run = p->prepare(config);
   p->poison_output();
   run.run(0);
   const harness::Verdict v = p->check(0);
@@ -67,6 +68,15 @@ TEST_CASE("mla_decode_sparse matches float64 on hostile indices", "[gpu][mla_dec
     run_and_judge(hostile({{"layout", layout}, {"topk", 1}}));
     run_and_judge(hostile({{"layout", layout}, {"topk", 2048}, {"splits", 7}}));
   }
+}
+
+TEST_CASE("mla_decode_sparse's two_consumers schedule matches float64", "[gpu][mla_decode_sparse]") {
+  if (!test::gpu_or_skip()) return;
+  // bf16 only: a gathering producer and two consumers; split runs of whole 64-key steps.
+  const json config = {{"schedule", "two_consumers"}, {"block_n", 64}, {"stages", 4}};
+  for (int h : {8, 64, 128}) run_and_judge(hostile({{"layout", "bf16"}, {"h", h}}), &config);
+  for (int splits : {1, 3}) run_and_judge(hostile({{"layout", "bf16"}, {"sink", "finite"}, {"splits", splits}}), &config);
+  run_and_judge(hostile({{"layout", "bf16"}, {"lens", "token"}, {"q_len", 2}, {"topk_extra", 100}}), &config);
 }
 
 TEST_CASE("mla_decode_sparse replays from a CUDA graph with new indices",

@@ -45,12 +45,12 @@ harness::MlaPrefillSparseHooks& hooks(harness::Problem& p) {
   return *h;
 }
 
-// Plans with the runtime's choices, poisons the outputs, runs once and judges
-// (`sampled_rows` = 0: every token).
-void run_and_judge(const json& c, int sampled_rows = 0) {
-  INFO(c.dump());
+// Plans with the runtime's choices (or `config` laid over them), poisons the outputs, runs
+// once and judges (`sampled_rows` = 0: every token).
+void run_and_judge(const json& c, int sampled_rows = 0, const json* config = nullptr) {
+  INFO(c.dump() << (config ? " config " + config->dump() : ""));
   const auto p = make(c);
-  const harness::Prepared run = p->prepare(nullptr);
+  const harness::Prepared run = p->prepare(config);
   p->poison_output();
   run.run(0);
   const harness::Verdict v = p->check(sampled_rows);
@@ -87,6 +87,16 @@ TEST_CASE("mla_prefill_sparse matches float64 on hostile edges", "[gpu][mla_pref
   run_and_judge(hostile({{"max_logit", 0}, {"lens", "token"}}));
   // Clean data at a larger size: every row finite, 64-head tiles full.
   run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500);
+}
+
+TEST_CASE("mla_prefill_sparse's two_consumers schedule matches float64", "[gpu][mla_prefill_sparse]") {
+  if (!test::gpu_or_skip()) return;
+  const json config = {{"schedule", "two_consumers"}};
+  for (int h : {16, 128}) run_and_judge(hostile({{"h", h}, {"sink", "finite"}}), 0, &config);
+  run_and_judge(hostile({{"lens", "token"}, {"h", 64}, {"topk", 300}, {"page_size", 40}}), 0, &config);
+  run_and_judge(hostile({{"lens", "zero"}, {"h", 32}}), 0, &config);  // no step at all
+  run_and_judge(hostile({{"topk", 1}, {"h", 128}}), 0, &config);       // one step, one key
+  run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500, &config);
 }
 
 TEST_CASE("mla_prefill_sparse: every length 0 gives out 0, lse and max logit -inf", "[gpu][mla_prefill_sparse]") {

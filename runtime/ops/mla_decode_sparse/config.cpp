@@ -14,17 +14,6 @@
 #include "ops/registry.hpp"
 
 namespace attnjit {
-namespace ops {
-
-template <>
-struct EnumSpelling<MlaSparseLayout> {
-  static constexpr std::array<Spelled<MlaSparseLayout>, 2> kAll{{
-      {MlaSparseLayout::kFp8, "fp8", "attnjit::mla_decode_sparse::CacheLayout::kFp8"},
-      {MlaSparseLayout::kBF16, "bf16", "attnjit::mla_decode_sparse::CacheLayout::kBF16"},
-  }};
-};
-
-}  // namespace ops
 
 namespace {
 
@@ -77,6 +66,7 @@ jit::KernelRecipe helper_recipe(const ops::MlaSparseHelperConfig& c, Arch arch) 
 }  // namespace
 
 std::string_view to_string(MlaSparseLayout l) { return ops::enum_name(l); }
+std::string_view to_string(MlaSparseSchedule s) { return ops::enum_name(s); }
 
 void MlaDecodeSparseConfig::validate() const {
   table().check_rules(*this);
@@ -86,6 +76,9 @@ void MlaDecodeSparseConfig::validate() const {
     fail_config(table().where("block_n"),
                 fmt::format("64 needs cache_layout bf16 and stages 4, got {} and stages {}",
                             to_string(cache_layout), stages));
+  if (schedule == MlaSparseSchedule::kTwoConsumers && block_n != 64)  // the rest follows from 64
+    fail_config(table().where("schedule"),
+                fmt::format("two_consumers needs block_n 64 (bf16, stages 4), got block_n {}", block_n));
   if (ops::mla_sparse_smem_bytes(*this) > kMaxSmemPerBlock)
     fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
                                                      ops::mla_sparse_smem_bytes(*this),
@@ -120,7 +113,8 @@ namespace ops {
 void MlaSparseHelperConfig::validate() const { helper_table<kQuantize>().check_rules(*this); }
 
 unsigned mla_sparse_smem_bytes(const MlaDecodeSparseConfig& c) {
-  return dev::smem_bytes(c.cache_layout == MlaSparseLayout::kFp8, c.block_n, c.stages);
+  return dev::smem_bytes(c.cache_layout == MlaSparseLayout::kFp8, c.block_n, c.stages,
+                        c.schedule == MlaSparseSchedule::kTwoConsumers);
 }
 
 jit::KernelRecipe mla_sparse_main_recipe(const MlaDecodeSparseConfig& c, Arch arch) {

@@ -8,8 +8,29 @@
 
 #include "attnjit/ops/mla_decode_sparse.hpp"
 #include "jit/kernel_table.hpp"
+#include "ops/field_table.hpp"
 
 namespace attnjit::ops {
+
+// The spellings of the config enums (JSON, describe, the kernel's template argument); the
+// prefill's config table names the schedule too.
+template <>
+struct EnumSpelling<MlaSparseLayout> {
+  static constexpr std::array<Spelled<MlaSparseLayout>, 2> kAll{{
+      {MlaSparseLayout::kFp8, "fp8", "attnjit::mla_decode_sparse::CacheLayout::kFp8"},
+      {MlaSparseLayout::kBF16, "bf16", "attnjit::mla_decode_sparse::CacheLayout::kBF16"},
+  }};
+};
+
+template <>
+struct EnumSpelling<MlaSparseSchedule> {
+  static constexpr std::array<Spelled<MlaSparseSchedule>, 2> kAll{{
+      {MlaSparseSchedule::kSoftmaxWarpgroup, "softmax_wg",
+       "attnjit::mla_decode_sparse::Schedule::kSoftmaxWarpgroup"},
+      {MlaSparseSchedule::kTwoConsumers, "two_consumers", "attnjit::mla_decode_sparse::Schedule::kTwoConsumers"},
+  }};
+};
+
 
 // The quantizer's, the remap's and the check kernel's compile-time shape.
 struct MlaSparseHelperConfig {

@@ -56,6 +56,7 @@ MlaDecodeSparseConfig MlaPrefillSparseConfig::kernel() const {
   k.cache_layout = MlaSparseLayout::kBF16;
   k.num_heads = num_heads;
   k.block_n = block_n;
+  k.schedule = schedule;
   k.stages = stages;
   return k;
 }

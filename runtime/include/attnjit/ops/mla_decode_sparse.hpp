@@ -47,6 +47,12 @@ std::string_view to_string(MlaSparseLayout l);
 
 inline constexpr int kMlaSparseFp8RowBytes = 656;
 
+// The main kernel's warpgroup roles: a softmax warpgroup computing S and P for two P·V
+// warpgroups that also gather; or (bf16, 64-key steps) a gathering producer and two
+// consumers that each compute S for half of a step's keys and P·V for half of the columns.
+enum class MlaSparseSchedule : uint8_t { kSoftmaxWarpgroup, kTwoConsumers };
+std::string_view to_string(MlaSparseSchedule s);
+
 struct MlaDecodeSparseConfig {
   // The fields (cache_layout, num_heads, block_n, stages) are the rows of
   // mla_decode_sparse_config.def.
