@@ -31,7 +31,6 @@ struct EnumSpelling<MlaSparseSchedule> {
   }};
 };
 
-
 // The quantizer's, the remap's and the check kernel's compile-time shape.
 struct MlaSparseHelperConfig {
 #define ATTNJIT_FIELD ATTNJIT_CONFIG_MEMBER
@@ -41,7 +40,7 @@ struct MlaSparseHelperConfig {
 };
 
 unsigned mla_sparse_smem_bytes(const MlaDecodeSparseConfig& c);
-inline constexpr int kMlaSparseThreads = 3 * 128;  // softmax + two P·V warpgroups
+inline constexpr int kMlaSparseThreads = 3 * 128;  // softmax + two P·V, or producer + two consumers
 
 // The main kernel's recipe without an arch rule (each op calling it states its own, so the
 // refusal names that op; mla_prefill_sparse runs this kernel too).
