@@ -12,7 +12,10 @@
 //
 // Why: the softmax_wg schedule's one S chain (36 dependent 64×64 wgmmas, then the
 // softmax) bounds it; here two consumers run half-width S chains and half the softmax
-// each at once, and a step's P·V stays in flight under the next step's S.
+// each at once, and a step's P·V stays in flight under the next step's S. Measured: 0.79×
+// softmax_wg at the prefill target row; ptxas serializes these wgmmas (C7515), and two
+// forms without that serialization were slower still (docs/performance.md), so the cost
+// is per S instruction. Opt-in (schedule two_consumers) until S is cheaper per key.
 //
 // Hand-offs, each named once:
 //   kv_full[st]   the producer's cp.async of stage st landed (one arrival per thread and
