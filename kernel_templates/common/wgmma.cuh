@@ -147,6 +147,19 @@ struct WgmmaMNMajorTile {
   }
 };
 
+// Hides a value from the optimizer (no instruction): descriptors computed from it stay
+// next to their wgmma instead of being hoisted out of the loop into (spilled) registers.
+ATTNJIT_DEVICE void opaque(u32& x) { asm volatile("" : "+r"(x)); }
+
+// A descriptor's start address is its low 14 bits (address / 16); shared addresses stay
+// below 256 KiB, so stepping through a tile is one 64-bit add of a compile-time constant:
+// desc(base + offset) == desc(base) + step(offset). The per-instruction descriptor then
+// costs one add instead of the mask/shift/or chain of a full encode.
+template <class Tile, class... Where>
+ATTNJIT_HOST_DEVICE constexpr u64 desc_step(Where... where) {
+  return Tile::desc(0, where...) - Tile::desc(0, 0);
+}
+
 // The worked example of the header comment, and one of each other mode.
 static_assert(WgmmaKMajorTile<Swizzle::k128B, 64>::desc(0x400, 0) == 0x4000004000010040ull);
 static_assert(WgmmaKMajorTile<Swizzle::k128B, 64>::desc(0x400, 64) == 0x4000004000010044ull);

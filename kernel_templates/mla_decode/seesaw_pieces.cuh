@@ -184,19 +184,6 @@ ATTNJIT_DEVICE void load_kv_hi(SharedStorage<P>& s, const TmaDesc& kv_map, const
 
 // ---- GEMMs ------------------------------------------------------------------------------
 
-// Hides a value from the optimizer (no instruction): descriptors computed from it stay
-// next to their wgmma instead of being hoisted out of the loop into (spilled) registers.
-ATTNJIT_DEVICE void opaque(u32& x) { asm volatile("" : "+r"(x)); }
-
-// A descriptor's start address is its low 14 bits (address / 16); shared addresses stay
-// below 256 KiB, so stepping through a tile is one 64-bit add of a compile-time constant:
-// desc(base + offset) == desc(base) + step(offset). The per-instruction descriptor then
-// costs one add instead of the mask/shift/or chain of a full encode.
-template <class Tile, class... Where>
-ATTNJIT_HOST_DEVICE constexpr u64 desc_step(Where... where) {
-  return Tile::desc(0, where...) - Tile::desc(0, 0);
-}
-
 // Issues S[64 × 64] (+)= Q · K[buf]ᵀ over chunks [kC0, kC1) (4 k16 steps each), each as
 // soon as its TMA barrier (bars[c], this phase) completes; Q's rope chunk comes from
 // registers (q_rope[k-step]: RS A fragments), the others from smem. The first k-step of

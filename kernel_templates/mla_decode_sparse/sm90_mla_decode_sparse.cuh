@@ -60,7 +60,10 @@ struct Traits {
   // keys, one or two adjacent stages (a 64-key step reads Q once per 64 keys, and its
   // 64x64 wgmmas balance their shared-memory operands against the tensor math).
   static constexpr int kTileKeys = kGatherKeys;
-  static constexpr int kStepTiles = P.block_n / kTileKeys;  // gather tiles per S step
+  // Keys per step: softmax_wg's S covers block_n keys; two_consumers' two S (one per
+  // consumer) cover block_n keys each.
+  static constexpr int kStepKeys = kTwoConsumers ? 2 * P.block_n : P.block_n;
+  static constexpr int kStepTiles = kStepKeys / kTileKeys;  // gather tiles per step
   static constexpr int kTileBytes = kChunks * kTileKeys * 128;  // 36 KiB
   static constexpr int kQBytes = kChunks * 64 * 128;       // Q [64 rows][576] bf16
   static constexpr int kPBytes = 64 * P.block_n * 2;       // P [64 rows][block_n keys] bf16
@@ -72,9 +75,11 @@ struct Traits {
   static constexpr int kSoftmaxRegs = 120;
   static constexpr int kPvRegs = 192;
   static_assert(kSoftmaxRegs + 2 * kPvRegs <= 3 * 168, "register budgets over the launch's");
-  // two_consumers: the producer only gathers; a consumer holds O[64 × 256] and S[64 × 32].
-  static constexpr int kProducerRegs = 72;
-  static constexpr int kConsumerRegs = 216;
+  // two_consumers: the producer only gathers (88: its 8 row pointers and the gather's
+  // addresses without spills); a consumer holds O[64 × 256], S[64 × 64] and P's RS
+  // fragments (ptxas fits them in 208).
+  static constexpr int kProducerRegs = 88;
+  static constexpr int kConsumerRegs = 208;
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budgets over the launch's");
   static constexpr int kBarThreads = kThreads;             // kPFree, kPReady, kStats, kFirstTiles: all three
   static constexpr int kKvStages = kv_stages(kFp8, P.stages);
@@ -92,11 +97,12 @@ struct Traits {
   // widens into 2 bf16 stages, one 32-key step each.
   static_assert(P.block_n == 32 || (P.block_n == 64 && !kFp8), "32-key steps, or 64 for bf16");
   static_assert(P.stages >= 2 && P.stages <= 4, "gather ring of 2..4 tiles");
-  static_assert(kKvStages % kStepTiles == 0 && kKvStages >= 2 * kStepTiles,
-                "the ring holds whole steps, two at least (S of one beside P·V of the other)");
+  static_assert(kKvStages % kStepTiles == 0 && (kTwoConsumers || kKvStages >= 2 * kStepTiles),
+                "the ring holds whole steps; softmax_wg two at least (S of one beside P·V of the "
+                "other); two_consumers refills each half of a step's buffers as it is read");
   static_assert(P.num_heads >= 8 && P.num_heads <= 128, "h in 8..128");
   static_assert(!kTwoConsumers || (!kFp8 && P.block_n == 64 && P.stages == 4),
-                "two_consumers: bf16, 64-key steps (one 32-key stage per consumer's S), 4 stages");
+                "two_consumers: bf16, a 64-key S per consumer (two ring stages each), 4 stages");
 };
 
 enum class Bar : u32 {
@@ -117,15 +123,16 @@ struct RawRing<P, true> {
   MBarrier raw_full[Traits<P>::kRawStages][2];      // per half: its 128 threads' cp.async landed
 };
 
-// two_consumers: what the consumers exchange each step, and the stages' free signals.
+// two_consumers: what the consumers exchange each step, and the buffer halves' free
+// signals (two_consumers.cuh names the hand-offs).
 template <auto P, bool kTwo = Traits<P>::kTwoConsumers>
 struct ConsumerExchange {};
 template <auto P>
 struct ConsumerExchange<P, true> {
-  // Consumer c's row max over its 32 keys of a step (log2 units); after the last step,
-  // its row sum over all its keys.
+  // rows[0]: the step's running row max (log2 units), WG1's then WG2's; after the last
+  // step rows[c] holds consumer c's row sums.
   float rows[2][64];
-  MBarrier kv_empty[Traits<P>::kKvStages];  // every consumer thread is done with the stage
+  MBarrier kv_empty[Traits<P>::kKvStages];  // per (64-key buffer, column half): read
 };
 
 template <auto P>
@@ -142,6 +149,7 @@ struct SharedStorage : RawRing<P> {
   float row_sum[64];                                  // final l
   MBarrier q_full;
   MBarrier kv_full[T::kKvStages];  // bf16: both halves' cp.async of a stage landed
+                                   // (two_consumers: of a buffer's column half)
   ConsumerExchange<P> x;           // two_consumers only (else empty, within the rounding)
 };
 
@@ -195,7 +203,7 @@ ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq) {
   // In 32-key gather tiles; a split's run is whole steps, so a step padded past the key
   // list's end (its keys masked) never reaches into the next split's keys.
   constexpr int kStep = Traits<P>::kStepTiles;
-  const int steps = (w.n_keys + P.block_n - 1) / P.block_n;
+  const int steps = (w.n_keys + Traits<P>::kStepKeys - 1) / Traits<P>::kStepKeys;
   const int per_split = (steps + a.num_splits - 1) / a.num_splits * kStep;
   w.tile_begin = min(steps * kStep, split * per_split);
   w.tile_end = min(steps * kStep, w.tile_begin + per_split);
@@ -599,13 +607,13 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
     prefetch_tma_desc(q_map);
     mbarrier_init(&s.q_full, 1);
-    // One arrival per gathering thread and half row, fired by its cp.async
-    // (cp_async_arrive): both P·V warpgroups fill a KV stage (two_consumers: the producer,
-    // both halves, plus one release arrival per key that publishes its validity); a raw
-    // stage's half is one warpgroup's.
-    for (int i = 0; i < Traits<P>::kKvStages; ++i) {
-      mbarrier_init(&s.kv_full[i], 2 * kWarpgroupThreads + (Traits<P>::kTwoConsumers ? kGatherKeys : 0));
-      if constexpr (Traits<P>::kTwoConsumers) mbarrier_init(&s.x.kv_empty[i], 2 * kWarpgroupThreads);
+    // softmax_wg: one arrival per gathering thread and half row, fired by its cp.async
+    // (cp_async_arrive): both P·V warpgroups fill a KV stage; a raw stage's half is one
+    // warpgroup's. two_consumers: its own counts (two_consumers.cuh).
+    if constexpr (Traits<P>::kTwoConsumers) {
+      init_consumer_barriers<P>(s);
+    } else {
+      for (int i = 0; i < Traits<P>::kKvStages; ++i) mbarrier_init(&s.kv_full[i], 2 * kWarpgroupThreads);
     }
     if constexpr (Traits<P>::kFp8)
       for (int i = 0; i < Traits<P>::kRawStages; ++i)

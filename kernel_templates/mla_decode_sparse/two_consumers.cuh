@@ -1,169 +1,414 @@
 #pragma once
-// mla_decode_sparse's two_consumers schedule (bf16 rows, 64-key steps, 4 stages): the
-// roles of FlashMLA's Hopper sparse prefill, on this kernel's ring, Q tile and epilogue
+// mla_decode_sparse's two_consumers schedule (bf16 rows, block_n 64, 4 stages): FlashMLA's
+// Hopper sparse-prefill roles on this kernel's ring, Q tile and epilogue
 // (sm90_mla_decode_sparse.cuh, which includes this file).
 //
-//   WG0  producer: gathers every 32-key tile of the token's list into the ring (both
-//        halves of each row, 16-byte cp.async into the swizzled stage), one tile ahead
-//        per free stage; a stage is free when both consumers released it (kv_empty).
-//   WG1, WG2  consumer c: per step S_c = Q · K[keys 32c .. 32c + 32)ᵀ (its own stage),
-//        the row max exchanged with the other consumer, P_c = exp2(S_c − m) into columns
-//        [32c, +32) of P, then O[:, half c] = O·scale + P · V[:, half c] over all 64 keys.
+// A step is 128 keys: the even 64 (KV buffer 0 = ring stages 0, 1) and the odd 64
+// (buffer 1 = stages 2, 3). Each buffer is filled in two column halves, lo = chunks 0..3
+// (V columns [0, 256)) and hi = chunks 4..8 (V columns [256, 512) and the rope), each
+// refilled as soon as its last reader is done.
+//   WG0  producer: per step, the four halves in the order the consumers free them (buf 0
+//        lo, buf 1 hi, buf 0 hi, buf 1 lo), 16-byte cp.async into the swizzled ring; 16
+//        groups of 8 threads, a group 4 keys, its 8 threads the 16-byte units of a
+//        128-byte chunk row (one coalesced line per key and chunk).
+//   WG1  even consumer, O[:, 0:256): S_even = Q·K_evenᵀ [64 × 64]; the row max so far
+//        (running max, then the even keys) to WG2; P_even·V_even[lo] from registers (RS);
+//        then the step's final max from WG2: P_even rescaled to it into shared memory for
+//        WG2, O rescaled, and P_odd (WG2's, from shared memory)·V_odd[lo].
+//   WG2  odd consumer, O[:, 256:512): S_odd = Q·K_oddᵀ; the final max = max(WG1's, the
+//        odd keys'); P_odd·V_odd[hi] from registers, P_odd to shared memory for WG1, then
+//        P_even·V_even[hi].
+// Why: each S wgmma is 64 × 64 × 16 (the widest S whose operands and P fit beside O), and
+// the two consumers' S chains run at once, so one consumer's softmax hides under the
+// other's tensor work; softmax_wg's single S chain bounds that schedule.
 //
-// Why: the softmax_wg schedule's one S chain (36 dependent 64×64 wgmmas, then the
-// softmax) bounds it; here two consumers run half-width S chains and half the softmax
-// each at once, and a step's P·V stays in flight under the next step's S. Measured: 0.79×
-// softmax_wg at the prefill target row; ptxas serializes these wgmmas (C7515), and two
-// forms without that serialization were slower still (docs/performance.md), so the cost
-// is per S instruction. Opt-in (schedule two_consumers) until S is cheaper per key.
+// P_even lives in buffer 0's rope rows (chunk 8, rows 0..63): WG1's S has read them, and
+// they are refilled only after WG2's P_even·V_even[hi] retired (buf 0 hi's release).
+// Each buffer's key validity flags are stored with its first fill of a step (buf 0: lo,
+// buf 1: hi), after the consumer that reads them released that half, so after its mask.
 //
 // Hand-offs, each named once:
-//   kv_full[st]   the producer's cp.async of stage st landed (one arrival per thread and
-//                 half row), and its validity flags are published (a release arrival per
-//                 key from the thread that stored the flag).
-//   kv_empty[st]  every consumer thread's reads of stage st (S and P·V) completed.
-//   kMaxExchange  both consumers stored their row max of the step (and had retired their
-//                 previous P·V, so P may be overwritten).
-//   kPWritten     both halves of P are in shared memory.
-//   kSumExchange  both consumers stored their final row sums (in the row-max slots: the
-//                 other consumer read the last max before kPWritten of the last step).
+//   kv_full[2·buf + half]   the producer's cp.async of that half landed (one noinc arrival
+//                           per thread), and the 16 marking threads' flags are published
+//                           (one release arrival each, on every fill).
+//   x.kv_empty[2·buf + half]  its reader retired: buf 0 lo WG1 (P_even·V lo), buf 0 hi WG2
+//                           (P_even·V hi, P_even), buf 1 hi WG2 (P_odd·V hi), buf 1 lo WG1
+//                           (P_odd·V lo; P_odd in s.p is rewritten only after this refill).
+//   ConsumerBar             the max and P exchanges below; x.rows[0] carries the max.
 #include "mla_decode_sparse/layout.cuh"
 
 namespace attnjit::mla_decode_sparse {
 
 enum class ConsumerBar : u32 {
-  kMaxExchange = 5,  // the two consumers only (256 threads); ids 1..4 are softmax_wg's
-  kPWritten = 6,
-  kSumExchange = 7,
+  kEvenMax = 5,  // WG1 → WG2: its running row max after the even keys is in x.rows[0]
+                 // (ids 1..4 are softmax_wg's)
+  kOddMax = 6,   // WG2 → WG1: the step's final row max is in x.rows[0]
+  kEvenP = 7,    // WG1 → WG2: P_even, scaled to the final max, is in buffer 0's rope rows
+  kOddP = 8,     // WG2 → WG1: P_odd is in s.p
+  kSums = 9,     // both: each consumer's row sums are in x.rows[c]
 };
 inline constexpr u32 kConsumerThreads = 2 * kWarpgroupThreads;
+inline constexpr int kLoChunks = 4;                           // chunks 0..3: V columns [0, 256)
+inline constexpr int kGroupThreads = 8;                       // a chunk row's 16-byte units
+inline constexpr int kGroups = kWarpgroupThreads / kGroupThreads;  // 16 key groups (and markers)
+enum : int { kLo = 0, kHi = 1 };
 
 template <auto P>
-ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w) {
+struct Consumers {
   using T = Traits<P>;
-  const int tid = thread_in_warpgroup();
-  const int tiles = w.tile_end - w.tile_begin;
-  // gather_tile advances the index it is given to the next tile: one per half.
-  int idx0 = key_index<P>(a, w, w.tile_begin * kGatherKeys + tid / T::kThreadsPerKey);
-  int idx1 = idx0;
-  const bool marks = tid % T::kThreadsPerKey == 0;  // stored the key's flag in half 0
-  for (int i = 0; i < tiles; ++i) {
-    const int st = i % T::kKvStages;
-    if (i >= T::kKvStages) mbarrier_wait(&s.x.kv_empty[st], static_cast<u32>(i / T::kKvStages - 1) & 1u);
-    gather_tile<P>(s, a, w, w.tile_begin + i, i, 0, idx0);
-    gather_tile<P>(s, a, w, w.tile_begin + i, i, 1, idx1);
-    if (marks) mbarrier_arrive(&s.kv_full[st]);  // release: the flag store before it
+  static constexpr int kBufKeys = P.block_n;                  // keys per consumer S: 64
+  static constexpr int kKeysPerThread = kBufKeys / kGroups;   // 4: keys group, group + 16, ...
+  static constexpr int kSAcc = kBufKeys / 2;                  // S [64 × 64] accumulators
+  static constexpr int kRopeChunk = T::kChunks - 1;
+  static_assert(T::kKvStages == 4 && T::kStepTiles == 4, "2 buffers × 2 halves = the 4 ring stages");
+};
+
+template <auto P>
+ATTNJIT_DEVICE MBarrier* full_bar(SharedStorage<P>& s, int buf, int half) { return &s.kv_full[2 * buf + half]; }
+template <auto P>
+ATTNJIT_DEVICE MBarrier* empty_bar(SharedStorage<P>& s, int buf, int half) { return &s.x.kv_empty[2 * buf + half]; }
+
+template <auto P>
+ATTNJIT_DEVICE void init_consumer_barriers(SharedStorage<P>& s) {
+  for (int i = 0; i < Traits<P>::kKvStages; ++i) {
+    mbarrier_init(&s.kv_full[i], kWarpgroupThreads + kGroups);
+    mbarrier_init(&s.x.kv_empty[i], kWarpgroupThreads);
   }
 }
 
+// ---- the producer -----------------------------------------------------------------------
+
+// This thread's first destination in the ring: key row `group`, 16-byte unit `unit` of
+// chunk 0, swizzled. Every other row it fills is 16·k rows on (the same row mod 8, so the
+// same swizzle) and every chunk 16 KiB on: a constant added to this one register.
 template <auto P>
-ATTNJIT_DEVICE void consumer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w, const Seq& seq,
-                                       int c) {
-  using T = Traits<P>;
+ATTNJIT_DEVICE u32 fill_base(const SharedStorage<P>& s, int group, int unit) {
+  static_assert(kGroups % 8 == 0 && KTile<P>::kChunkBytes % 1024 == 0, "constant offsets keep the swizzle");
+  return smem_u32(s.kv) + KTile<P>::byte_offset(static_cast<u32>(group), static_cast<u32>(unit * 16));
+}
+
+// Half kHalf of buffer kBuf: keys group + 16r (r < 4), unit `unit` of every chunk of the
+// half; a skipped key (null row) is zero-filled (src-size 0 reads nothing).
+template <auto P, int kBuf, int kHalf>
+ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const u8* const (&rows)[4], u32 dst, int unit) {
+  using C = Consumers<P>;
+  constexpr int kC0 = kHalf == kLo ? 0 : kLoChunks, kC1 = kHalf == kLo ? kLoChunks : Traits<P>::kChunks;
+#pragma unroll
+  for (int r = 0; r < C::kKeysPerThread; ++r) {
+    const u8* src = (rows[r] != nullptr ? rows[r] : static_cast<const u8*>(a.main.rows)) + unit * 16;
+    const u32 bytes = rows[r] != nullptr ? 16u : 0u;
+    constexpr u32 kRowBytes = 128;  // one chunk row
+#pragma unroll
+    for (int c = kC0; c < kC1; ++c)
+      cp_async_16(dst + c * KTile<P>::kChunkBytes + (kBuf * C::kBufKeys + kGroups * r) * kRowBytes, src + c * 128,
+                  bytes);
+  }
+  cp_async_arrive(full_bar(s, kBuf, kHalf));
+}
+
+// One fill: waits for the half's release by the previous step (step > 0), stores buffer
+// kBuf's validity flags with its first fill of the step (kHalf == kBuf, marking threads),
+// gathers, and arrives on the half's full barrier (the markers' release: the flags).
+template <auto P, int kBuf, int kHalf>
+ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const u8* const (&rows)[4], int step, int group,
+                         int unit, u32 dst) {
+  using C = Consumers<P>;
+  const bool marks = unit == 0;
+  if (step > 0) mbarrier_wait(empty_bar(s, kBuf, kHalf), static_cast<u32>(step - 1) & 1u);
+  if (kHalf == kBuf && marks) {
+#pragma unroll
+    for (int r = 0; r < C::kKeysPerThread; ++r)
+      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + group + kGroups * r]), rows[r] != nullptr ? 1u : 0u);
+  }
+  fill_half<P, kBuf, kHalf>(s, a, rows, dst, unit);
+  if (marks) mbarrier_arrive(full_bar(s, kBuf, kHalf));
+}
+
+template <auto P>
+ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w) {
+  using C = Consumers<P>;
   const int tid = thread_in_warpgroup();
-  float o[T::kHalfCols / 2];  // O[64 × 256] f32: columns [256c, +256)
+  const int group = tid / kGroupThreads, unit = tid % kGroupThreads;
+  const u32 dst = fill_base(s, group, unit);
+  const int steps = (w.tile_end - w.tile_begin) / Traits<P>::kStepTiles;
+  for (int step = 0; step < steps; ++step) {
+    // This step's rows (null: skipped), loaded before the waits so that their latency
+    // overlaps the consumers' work.
+    const u8* rows[2][C::kKeysPerThread];
 #pragma unroll
-  for (int i = 0; i < T::kHalfCols / 2; ++i) o[i] = 0.0f;
-  // S of this consumer's 32 keys: [64 × 32] fragment. Only wgmma writes it (the softmax
-  // reads it and stores P straight to shared memory): a register a non-wgmma instruction
-  // defines while the last P·V is in flight would make ptxas serialize the wgmmas.
-  float sc[kGatherKeys / 2];
+    for (int b = 0; b < 2; ++b)
 #pragma unroll
-  for (int i = 0; i < kGatherKeys / 2; ++i) sc[i] = 0.0f;  // defined before any wgmma stage
-  RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
-  const u32 q_addr = smem_u32(s.q), kv_addr = smem_u32(s.kv), p_addr = smem_u32(s.p);
-  const u32 v_col_byte = static_cast<u32>(c * T::kHalfCols * 2);
-  const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
-  const int tiles = w.tile_end - w.tile_begin;
-  if (tiles > 0) mbarrier_wait(&s.q_full, 0);
-  for (int i = 0; i < tiles; i += T::kStepTiles) {
-    const int st = i % T::kKvStages;  // the step's first stage; this consumer's keys: st + c
-    const u32 phase = static_cast<u32>(i / T::kKvStages) & 1u;
-    const u32 own_row0 = static_cast<u32>((st + c) * kGatherKeys);
-    mbarrier_wait(&s.kv_full[st + c], phase);
-    fence_proxy_async_smem();  // cp.async wrote in the generic proxy; wgmma reads in the async one
-    // S[64 × 32] = Q[64 × 576] · K[32 × 576]ᵀ, fully unrolled; the last step's P·V is
-    // still in flight and retires with it.
-    wgmma_fence();
-#pragma unroll
-    for (int ch = 0; ch < T::kChunks; ++ch)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const u32 k_byte = static_cast<u32>(ch * 128 + kk * 32);
-        wgmma_ss<DType::kBF16, kGatherKeys>(sc, QTile::desc(q_addr, k_byte), KTile<P>::desc(kv_addr, k_byte, own_row0),
-                                            ch > 0 || kk > 0);
+      for (int r = 0; r < C::kKeysPerThread; ++r) {
+        const int j = (w.tile_begin + step * Traits<P>::kStepTiles) * kGatherKeys + b * C::kBufKeys + group + kGroups * r;
+        rows[b][r] = key_row<P>(a, w, j, key_index<P>(a, w, j));
       }
+    // The order the consumers release the halves in.
+    fill<P, 0, kLo>(s, a, rows[0], step, group, unit, dst);
+    fill<P, 1, kHi>(s, a, rows[1], step, group, unit, dst);
+    fill<P, 0, kHi>(s, a, rows[0], step, group, unit, dst);
+    fill<P, 1, kLo>(s, a, rows[1], step, group, unit, dst);
+  }
+}
+
+// ---- consumer pieces --------------------------------------------------------------------
+
+// S (+)= Q · K[buffer rows from row0]ᵀ over chunks [kC0, kC1); kFirst: its first k-step
+// overwrites. Not committed here.
+template <auto P, int kC0, int kC1, bool kFirst>
+ATTNJIT_DEVICE void issue_s(float (&sc)[Consumers<P>::kSAcc], u32 q_addr, u32 kv_addr, u32 row0) {
+  // Descriptors from opaque bases: the compiler would hoist all 36 out of the step loop.
+  opaque(q_addr);
+  opaque(kv_addr);
+  const u64 q_desc = QTile::desc(q_addr, 0), k_desc = KTile<P>::desc(kv_addr, 0, row0);
+  wgmma_fence();
+#pragma unroll
+  for (int c = kC0; c < kC1; ++c)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const u32 k_byte = static_cast<u32>(c * 128 + kk * 32);
+      wgmma_ss<DType::kBF16, P.block_n>(sc, q_desc + desc_step<QTile>(k_byte),
+                                        k_desc + desc_step<KTile<P>>(k_byte), !(kFirst && c == kC0 && kk == 0));
+    }
+}
+
+// O[:, cols from col_byte] += P (registers: RS fragments) · V[buffer rows from row0].
+template <auto P>
+ATTNJIT_DEVICE void issue_pv_local(float (&o)[kValueDim / 4], const u32 (&pf)[4][4], u32 kv_addr, u32 row0,
+                                   u32 col_byte) {
+  opaque(kv_addr);
+  const u64 v_desc = VTile<P>::desc(kv_addr, row0, col_byte);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < P.block_n / 16; ++ks)
+    wgmma_rs<DType::kBF16, kValueDim / 2, WgmmaMajor::kMN>(o, pf[ks], v_desc + desc_step<VTile<P>>(static_cast<u32>(ks * 16)),
+                                                          true);
+}
+
+// O[:, cols from col_byte] += P (shared memory at p_addr) · V[buffer rows from row0].
+template <auto P>
+ATTNJIT_DEVICE void issue_pv_remote(float (&o)[kValueDim / 4], u32 p_addr, u32 kv_addr, u32 row0, u32 col_byte) {
+  opaque(p_addr);
+  opaque(kv_addr);
+  const u64 p_desc = PTile<P>::desc(p_addr, 0), v_desc = VTile<P>::desc(kv_addr, row0, col_byte);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < P.block_n / 16; ++ks)
+    wgmma_ss<DType::kBF16, kValueDim / 2, WgmmaMajor::kK, WgmmaMajor::kMN>(
+        o, p_desc + desc_step<PTile<P>>(static_cast<u32>(ks * 32)),
+        v_desc + desc_step<VTile<P>>(static_cast<u32>(ks * 16)), true);
+}
+
+// Skipped keys' raw scores → -inf (by replacement: never arithmetic on a stale row's
+// value), and the row max of the raw scores, reduced over the 4 lanes of a row.
+template <auto P>
+ATTNJIT_DEVICE void mask_and_max(float (&sc)[Consumers<P>::kSAcc], u32 valid_addr, float (&tile_max)[2]) {
+  const int tid = thread_in_warpgroup();
+  tile_max[0] = tile_max[1] = neg_inf();
+#pragma unroll
+  for (int i = 0; i < Consumers<P>::kSAcc; ++i) {
+    const int r = (i / 2) % 2;
+    const float x = ld_shared_u32(valid_addr + 4 * wgmma_acc_coord(tid, i).col) != 0 ? sc[i] : neg_inf();
+    sc[i] = x;
+    tile_max[r] = fmaxf(tile_max[r], x);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+  }
+}
+
+// exp2(m_old − m_new), 1 while a row has seen no key (never inf − inf).
+ATTNJIT_DEVICE float rescale_factor(float m_old, float m_new) {
+  return m_new == neg_inf() ? 1.0f : exp2_ftz(m_old - m_new);
+}
+
+// Raw masked scores → P = exp2(s·c − m) in place; adds this thread's part of the row sums.
+template <auto P>
+ATTNJIT_DEVICE void exponentiate(float (&sc)[Consumers<P>::kSAcc], const RowState& rs, float scale_log2,
+                                 float (&l)[2]) {
+  float neg_m[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) neg_m[r] = rs.m[r] == neg_inf() ? 0.0f : -rs.m[r];
+#pragma unroll
+  for (int i = 0; i < Consumers<P>::kSAcc; ++i) {
+    const float p = exp2_ftz(fmaf(sc[i], scale_log2, neg_m[(i / 2) % 2]));
+    sc[i] = p;
+    l[(i / 2) % 2] += p;
+  }
+}
+
+ATTNJIT_DEVICE void scale_rows(float (&o)[kValueDim / 4], const float (&f)[2]) {
+#pragma unroll
+  for (int i = 0; i < kValueDim / 4; ++i) o[i] *= f[(i / 2) % 2];
+}
+
+// P · g (per row) → [64 × 64] K-major swizzled tile at `tile`, fenced for wgmma.
+template <auto P>
+ATTNJIT_DEVICE void store_p(const float (&sc)[Consumers<P>::kSAcc], const float (&g)[2], u32 tile) {
+  u32 tid = static_cast<u32>(thread_in_warpgroup());
+  opaque(tile);  // 16 swizzled addresses: computed here, not hoisted and spilled
+  opaque(tid);
+#pragma unroll
+  for (int i = 0; i < Consumers<P>::kSAcc; i += 2) {
+    const WgmmaCoord c = wgmma_acc_coord(static_cast<int>(tid), i);
+    const float f = g[(i / 2) % 2];
+    st_shared_u32(tile + PTile<P>::byte_offset(c.row, c.col * 2), pack2<DType::kBF16>(sc[i] * f, sc[i + 1] * f));
+  }
+  fence_proxy_async_smem();
+}
+
+// ---- the two consumers ------------------------------------------------------------------
+
+template <auto P>
+ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps, float (&o)[kValueDim / 4],
+                                  RowState& rs) {
+  using C = Consumers<P>;
+  const int tid = thread_in_warpgroup();
+  const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
+  const u32 q = smem_u32(s.q), kv = smem_u32(s.kv), p_odd = smem_u32(s.p);
+  const u32 p_even = kv + C::kRopeChunk * KTile<P>::kChunkBytes;  // buffer 0's rope rows
+  float sc[C::kSAcc];  // S_even, then P_even: [64 × 64] accumulator fragment
+  u32 pf[4][4];        // P_even as RS A fragments (k16 steps × 4 registers)
+  for (int step = 0; step < steps; ++step) {
+    const u32 phase = static_cast<u32>(step) & 1u;
+    mbarrier_wait(full_bar(s, 0, kLo), phase);
+    fence_proxy_async_smem();  // cp.async wrote in the generic proxy; wgmma reads in the async one
+    issue_s<P, 0, kLoChunks, true>(sc, q, kv, 0);
+    wgmma_commit();
+    if (step > 0) {  // the last step's P_odd·V_odd[lo] retired: buffer 1 lo and s.p are free
+      wgmma_wait<1>();
+      mbarrier_arrive(empty_bar(s, 1, kLo));
+    }
+    mbarrier_wait(full_bar(s, 0, kHi), phase);
+    fence_proxy_async_smem();
+    issue_s<P, kLoChunks, Traits<P>::kChunks, false>(sc, q, kv, 0);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
     wgmma_fence_operands(o);
-    if (i > 0) {  // the last step's two stages: this thread's S and P·V reads are done
-      const int prev = (i - T::kStepTiles) % T::kKvStages;
-      mbarrier_arrive(&s.x.kv_empty[prev]);
-      mbarrier_arrive(&s.x.kv_empty[prev + 1]);
-    }
 
-    // Mask skipped keys by replacement; this consumer's row max, then the step's.
-    float own_max[2] = {neg_inf(), neg_inf()};
-    const u32 valid_addr = smem_u32(&s.valid[own_row0]);
-    u32 valid_bits = 0;  // bit i2: column i2's key was gathered
-#pragma unroll
-    for (int i2 = 0; i2 < kGatherKeys / 2; ++i2) {
-      const int r = (i2 / 2) % 2;
-      const bool valid = ld_shared_u32(valid_addr + 4 * wgmma_acc_coord(tid, i2).col) != 0;
-      valid_bits |= valid ? 1u << i2 : 0u;
-      own_max[r] = fmaxf(own_max[r], valid ? sc[i2] * a.scale_log2 : neg_inf());
-    }
+    float tile_max[2], f[2];
+    mask_and_max<P>(sc, smem_u32(&s.valid[0]), tile_max);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      own_max[r] = fmaxf(own_max[r], __shfl_xor_sync(0xffffffffu, own_max[r], 1));
-      own_max[r] = fmaxf(own_max[r], __shfl_xor_sync(0xffffffffu, own_max[r], 2));
-      if (tid % 4 == 0) st_shared_f32(smem_u32(&s.x.rows[c][rows[r]]), own_max[r]);
-    }
-    named_barrier_sync(static_cast<u32>(ConsumerBar::kMaxExchange), kConsumerThreads);
-    float scale[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float other = ld_shared_f32(smem_u32(&s.x.rows[1 - c][rows[r]]));
-      const float m_new = fmaxf(rs.m[r], fmaxf(own_max[r], other));  // the same in both consumers
-      scale[r] = m_new == neg_inf() ? 1.0f : exp2f(rs.m[r] - m_new);  // no inf - inf
+      const float m_new = fmaxf(rs.m[r], tile_max[r] * a.scale_log2);
+      f[r] = rescale_factor(rs.m[r], m_new);
       rs.m[r] = m_new;
-      rs.l[r] *= scale[r];
+      rs.l[r] *= f[r];
+      if (tid % 4 == 0) st_shared_f32(smem_u32(&s.x.rows[0][rows[r]]), m_new);
     }
-    // P = exp2(S − m) into P[:, 32c + col] (both consumers retired their last P·V before
-    // kMaxExchange); a skipped key's p is 0 by selection.
+    named_barrier_arrive(ConsumerBar::kEvenMax, kConsumerThreads);
+    scale_rows(o, f);
+    exponentiate<P>(sc, rs, a.scale_log2, rs.l);
 #pragma unroll
-    for (int i2 = 0; i2 < kGatherKeys / 2; i2 += 2) {
-      float p[2];
+    for (int ks = 0; ks < 4; ++ks) wgmma_acc_to_a_fragment<DType::kBF16>(sc, ks, pf[ks]);
+    issue_pv_local<P>(o, pf, kv, 0, 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    mbarrier_arrive(empty_bar(s, 0, kLo));
+
+    // The step's final max (WG2's): P_even to it for WG2, O and l to it here.
+    named_barrier_sync(ConsumerBar::kOddMax, kConsumerThreads);
+    float g[2];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int r = ((i2 + e) / 2) % 2;
-        const bool live = (valid_bits >> (i2 + e)) & 1u && rs.m[r] != neg_inf();
-        p[e] = live ? exp2f(sc[i2 + e] * a.scale_log2 - rs.m[r]) : 0.0f;
-        rs.l[r] += p[e];
-      }
-      const WgmmaCoord co = wgmma_acc_coord(tid, i2);
-      st_shared_u32(p_addr + PTile<P>::byte_offset(co.row, (c * kGatherKeys + co.col) * 2),
-                    pack2<DType::kBF16>(p[0], p[1]));
+    for (int r = 0; r < 2; ++r) {
+      const float m_final = ld_shared_f32(smem_u32(&s.x.rows[0][rows[r]]));
+      g[r] = rescale_factor(rs.m[r], m_final);
+      rs.m[r] = m_final;
+      rs.l[r] *= g[r];
     }
-    fence_proxy_async_smem();  // P is read by both consumers' wgmma
-    named_barrier_sync(static_cast<u32>(ConsumerBar::kPWritten), kConsumerThreads);
-    mbarrier_wait(&s.kv_full[st + 1 - c], phase);  // V's other 32 keys
-    fence_proxy_async_smem();
-#pragma unroll
-    for (int i2 = 0; i2 < T::kHalfCols / 2; ++i2) o[i2] *= (i2 / 2) % 2 ? scale[1] : scale[0];
-    // O[:, half c] += P[64 × 64] · V[64 keys × 256]: left in flight under the next S.
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < P.block_n / 16; ++ks)
-      wgmma_ss<DType::kBF16, T::kHalfCols, WgmmaMajor::kK, WgmmaMajor::kMN>(
-          o, PTile<P>::desc(p_addr, ks * 32), VTile<P>::desc(kv_addr, st * kGatherKeys + ks * 16, v_col_byte),
-          true);
+    store_p<P>(sc, g, p_even);
+    named_barrier_arrive(ConsumerBar::kEvenP, kConsumerThreads);
+    named_barrier_sync(ConsumerBar::kOddP, kConsumerThreads);
+    scale_rows(o, g);
+    issue_pv_remote<P>(o, p_odd, kv, C::kBufKeys, 0);  // left in flight under the next S
     wgmma_commit();
   }
   wgmma_wait<0>();
   wgmma_fence_operands(o);
-  // The row sums: each consumer's keys, then both.
+}
+
+template <auto P>
+ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, float (&o)[kValueDim / 4],
+                                 RowState& rs) {
+  using C = Consumers<P>;
+  const int tid = thread_in_warpgroup();
+  const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
+  const u32 q = smem_u32(s.q), kv = smem_u32(s.kv), p_odd = smem_u32(s.p);
+  const u32 p_even = kv + C::kRopeChunk * KTile<P>::kChunkBytes;
+  const u32 hi_byte = static_cast<u32>(kValueDim);  // V columns [256, 512): bf16 bytes 512..
+  float sc[C::kSAcc];  // S_odd, then P_odd
+  u32 pf[4][4];
+  for (int step = 0; step < steps; ++step) {
+    const u32 phase = static_cast<u32>(step) & 1u;
+    // hi first: the producer fills buffer 1's hi half before its lo half.
+    mbarrier_wait(full_bar(s, 1, kHi), phase);
+    fence_proxy_async_smem();
+    issue_s<P, kLoChunks, Traits<P>::kChunks, true>(sc, q, kv, C::kBufKeys);
+    mbarrier_wait(full_bar(s, 1, kLo), phase);
+    fence_proxy_async_smem();
+    issue_s<P, 0, kLoChunks, false>(sc, q, kv, C::kBufKeys);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(sc);
+
+    float tile_max[2], f[2];
+    mask_and_max<P>(sc, smem_u32(&s.valid[C::kBufKeys]), tile_max);
+    named_barrier_sync(ConsumerBar::kEvenMax, kConsumerThreads);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // WG1's max already includes the running max, which this warpgroup also holds.
+      const float m_new = fmaxf(ld_shared_f32(smem_u32(&s.x.rows[0][rows[r]])), tile_max[r] * a.scale_log2);
+      f[r] = rescale_factor(rs.m[r], m_new);
+      rs.m[r] = m_new;
+      rs.l[r] *= f[r];
+    }
+    __syncwarp();  // the row's 4 lanes read WG1's max before lane 0 overwrites it
+    if (tid % 4 == 0) {
+      st_shared_f32(smem_u32(&s.x.rows[0][rows[0]]), rs.m[0]);
+      st_shared_f32(smem_u32(&s.x.rows[0][rows[1]]), rs.m[1]);
+    }
+    named_barrier_arrive(ConsumerBar::kOddMax, kConsumerThreads);
+    scale_rows(o, f);  // not in flight: the last step ended with wgmma_wait<0>
+    exponentiate<P>(sc, rs, a.scale_log2, rs.l);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) wgmma_acc_to_a_fragment<DType::kBF16>(sc, ks, pf[ks]);
+    issue_pv_local<P>(o, pf, kv, C::kBufKeys, hi_byte);
+    wgmma_commit();
+    const float one[2] = {1.0f, 1.0f};
+    store_p<P>(sc, one, p_odd);  // WG1's last P_odd·V_odd[lo] retired (buffer 1 lo's refill)
+    named_barrier_sync(ConsumerBar::kEvenP, kConsumerThreads);
+    issue_pv_remote<P>(o, p_even, kv, 0, hi_byte);
+    wgmma_commit();
+    named_barrier_arrive(ConsumerBar::kOddP, kConsumerThreads);
+    wgmma_wait<1>();
+    mbarrier_arrive(empty_bar(s, 1, kHi));
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    mbarrier_arrive(empty_bar(s, 0, kHi));
+  }
+}
+
+// Consumer c (0: even, WG1; 1: odd, WG2) and its O columns [256c, +256); then both row
+// sums, and the output.
+template <auto P>
+ATTNJIT_DEVICE void consumer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w, const Seq& seq,
+                                       int c) {
+  const int tid = thread_in_warpgroup();
+  float o[kValueDim / 4];  // O[64 × 256] f32
+#pragma unroll
+  for (int i = 0; i < kValueDim / 4; ++i) o[i] = 0.0f;
+  RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
+  const int steps = (w.tile_end - w.tile_begin) / Traits<P>::kStepTiles;
+  if (steps > 0) mbarrier_wait(&s.q_full, 0);
+  if (c == 0)
+    even_consumer<P>(s, a, steps, o, rs);
+  else
+    odd_consumer<P>(s, a, steps, o, rs);
+  // Both end with the step's final max in rs.m; the row sums are each consumer's keys.
+  const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
   float l[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -171,7 +416,7 @@ ATTNJIT_DEVICE void consumer_warpgroup(SharedStorage<P>& s, const Args& a, const
     rs.l[r] += __shfl_xor_sync(0xffffffffu, rs.l[r], 2);
     if (tid % 4 == 0) st_shared_f32(smem_u32(&s.x.rows[c][rows[r]]), rs.l[r]);
   }
-  named_barrier_sync(static_cast<u32>(ConsumerBar::kSumExchange), kConsumerThreads);
+  named_barrier_sync(ConsumerBar::kSums, kConsumerThreads);
 #pragma unroll
   for (int r = 0; r < 2; ++r) l[r] = rs.l[r] + ld_shared_f32(smem_u32(&s.x.rows[1 - c][rows[r]]));
   write_output<P>(o, c, a, w, seq, rs.m, l);
