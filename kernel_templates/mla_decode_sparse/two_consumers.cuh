@@ -87,16 +87,18 @@ ATTNJIT_DEVICE u32 fill_base(const SharedStorage<P>& s, int group, int unit) {
   return smem_u32(s.kv) + KTile<P>::byte_offset(static_cast<u32>(group), static_cast<u32>(unit * 16));
 }
 
-// Half kHalf of buffer kBuf: keys group + 16r (r < 4), unit `unit` of every chunk of the
-// half; a skipped key (null row) is zero-filled (src-size 0 reads nothing).
-template <auto P, int kBuf, int kHalf>
-ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const u8* const (&rows)[4], u32 dst, int unit) {
+// Half kHalf of buffer kBuf: keys group + 16r (r < 4; row_of(r): the key's row, null when
+// skipped), unit `unit` of every chunk of the half; a skipped key is zero-filled (src-size
+// 0 reads nothing).
+template <auto P, int kBuf, int kHalf, class RowOf>
+ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const RowOf& row_of, u32 dst, int unit) {
   using C = Consumers<P>;
   constexpr int kC0 = kHalf == kLo ? 0 : kLoChunks, kC1 = kHalf == kLo ? kLoChunks : Traits<P>::kChunks;
 #pragma unroll
   for (int r = 0; r < C::kKeysPerThread; ++r) {
-    const u8* src = (rows[r] != nullptr ? rows[r] : static_cast<const u8*>(a.main.rows)) + unit * 16;
-    const u32 bytes = rows[r] != nullptr ? 16u : 0u;
+    const u8* row = row_of(r);
+    const u8* src = (row != nullptr ? row : static_cast<const u8*>(a.main.rows)) + unit * 16;
+    const u32 bytes = row != nullptr ? 16u : 0u;
     constexpr u32 kRowBytes = 128;  // one chunk row
 #pragma unroll
     for (int c = kC0; c < kC1; ++c)
@@ -109,18 +111,18 @@ ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const u8* cons
 // One fill: waits for the half's release by the previous step (step > 0), stores buffer
 // kBuf's validity flags with its first fill of the step (kHalf == kBuf, marking threads),
 // gathers, and arrives on the half's full barrier (the markers' release: the flags).
-template <auto P, int kBuf, int kHalf>
-ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const u8* const (&rows)[4], int step, int group,
-                         int unit, u32 dst) {
+template <auto P, int kBuf, int kHalf, class RowOf>
+ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const RowOf& row_of, int step, int group, int unit,
+                         u32 dst) {
   using C = Consumers<P>;
   const bool marks = unit == 0;
   if (step > 0) mbarrier_wait(empty_bar(s, kBuf, kHalf), static_cast<u32>(step - 1) & 1u);
   if (kHalf == kBuf && marks) {
 #pragma unroll
     for (int r = 0; r < C::kKeysPerThread; ++r)
-      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + group + kGroups * r]), rows[r] != nullptr ? 1u : 0u);
+      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + group + kGroups * r]), row_of(r) != nullptr ? 1u : 0u);
   }
-  fill_half<P, kBuf, kHalf>(s, a, rows, dst, unit);
+  fill_half<P, kBuf, kHalf>(s, a, row_of, dst, unit);
   if (marks) mbarrier_arrive(full_bar(s, kBuf, kHalf));
 }
 
@@ -131,22 +133,36 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
   const int group = tid / kGroupThreads, unit = tid % kGroupThreads;
   const u32 dst = fill_base(s, group, unit);
   const int steps = (w.tile_end - w.tile_begin) / Traits<P>::kStepTiles;
-  for (int step = 0; step < steps; ++step) {
-    // This step's rows (null: skipped), loaded before the waits so that their latency
-    // overlaps the consumers' work.
-    const u8* rows[2][C::kKeysPerThread];
+  // Key j of buffer b, r of this thread in step `step` (its place in the token's list).
+  const auto key = [&](int step, int b, int r) {
+    return (w.tile_begin + step * Traits<P>::kStepTiles) * kGatherKeys + b * C::kBufKeys + group + kGroups * r;
+  };
+  // The indices are loaded a step ahead: their latency (a dependent global load before
+  // any row can be gathered) then hides behind the step before.
+  int next[2][C::kKeysPerThread];
+  const auto load_indices = [&](int step) {
 #pragma unroll
     for (int b = 0; b < 2; ++b)
 #pragma unroll
-      for (int r = 0; r < C::kKeysPerThread; ++r) {
-        const int j = (w.tile_begin + step * Traits<P>::kStepTiles) * kGatherKeys + b * C::kBufKeys + group + kGroups * r;
-        rows[b][r] = key_row<P>(a, w, j, key_index<P>(a, w, j));
-      }
+      for (int r = 0; r < C::kKeysPerThread; ++r) next[b][r] = key_index<P>(a, w, key(step, b, r));
+  };
+  if (steps > 0) load_indices(0);
+  for (int step = 0; step < steps; ++step) {
+    int idx[2][C::kKeysPerThread];  // this step's indices, as stored
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int r = 0; r < C::kKeysPerThread; ++r) idx[b][r] = next[b][r];
+    if (step + 1 < steps) load_indices(step + 1);
+    // Rows are found where they are gathered (a few integer ops each): 8 live 64-bit
+    // pointers beside the next step's indices would spill.
+    const auto rows0 = [&](int r) { return key_row<P>(a, w, key(step, 0, r), idx[0][r]); };
+    const auto rows1 = [&](int r) { return key_row<P>(a, w, key(step, 1, r), idx[1][r]); };
     // The order the consumers release the halves in.
-    fill<P, 0, kLo>(s, a, rows[0], step, group, unit, dst);
-    fill<P, 1, kHi>(s, a, rows[1], step, group, unit, dst);
-    fill<P, 0, kHi>(s, a, rows[0], step, group, unit, dst);
-    fill<P, 1, kLo>(s, a, rows[1], step, group, unit, dst);
+    fill<P, 0, kLo>(s, a, rows0, step, group, unit, dst);
+    fill<P, 1, kHi>(s, a, rows1, step, group, unit, dst);
+    fill<P, 0, kHi>(s, a, rows0, step, group, unit, dst);
+    fill<P, 1, kLo>(s, a, rows1, step, group, unit, dst);
   }
 }
 
