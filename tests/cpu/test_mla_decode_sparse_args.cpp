@@ -88,10 +88,11 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
   CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 128).block_n == 64);
   CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kFp8, 128).block_n == 32);
-  // two_consumers: 64-key steps (so bf16 and stages 4 too); the default stays softmax_wg.
+  // two_consumers: a 64-key S per consumer (so bf16 and stages 4 too); the bf16 default,
+  // while fp8 keeps softmax_wg.
+  CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kFp8, 64).schedule == MlaSparseSchedule::kSoftmaxWarpgroup);
   MlaDecodeSparseConfig two = mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 64);
-  CHECK(two.schedule == MlaSparseSchedule::kSoftmaxWarpgroup);
-  two.schedule = MlaSparseSchedule::kTwoConsumers;
+  CHECK(two.schedule == MlaSparseSchedule::kTwoConsumers);
   REQUIRE_NOTHROW(two.validate());
   CHECK(MlaDecodeSparseConfig::from_json(two.to_json()) == two);
   two.block_n = 32;

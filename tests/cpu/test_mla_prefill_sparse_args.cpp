@@ -70,10 +70,14 @@ TEST_CASE("mla_prefill_sparse config: defaults, rules, JSON and its kernel", "[m
   CHECK(c.num_heads == 128);
   CHECK(c.block_n == 64);
   CHECK(c.stages == 4);
+  CHECK(c.schedule == MlaSparseSchedule::kTwoConsumers);
   REQUIRE_NOTHROW(c.validate());
   CHECK(MlaPrefillSparseConfig::from_json(c.to_json()) == c);
-  const MlaPrefillSparseConfig h64 =
-      MlaPrefillSparseConfig::from_json(R"({"num_heads": 64, "block_n": 32, "stages": 3})");
+  // 32-key steps are softmax_wg's: the default schedule refuses them by name.
+  REQUIRE_ERROR(MlaPrefillSparseConfig::from_json(R"({"block_n": 32, "stages": 3})"),
+                ErrorKind::kUnsupportedConfig, "'schedule'", "block_n 64");
+  const MlaPrefillSparseConfig h64 = MlaPrefillSparseConfig::from_json(
+      R"({"num_heads": 64, "block_n": 32, "stages": 3, "schedule": "softmax_wg"})");
   CHECK(h64.num_heads == 64);
   CHECK(h64.block_n == 32);
   CHECK(h64.stages == 3);

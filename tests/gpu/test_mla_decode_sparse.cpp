@@ -70,10 +70,11 @@ TEST_CASE("mla_decode_sparse matches float64 on hostile indices", "[gpu][mla_dec
   }
 }
 
-TEST_CASE("mla_decode_sparse's two_consumers schedule matches float64", "[gpu][mla_decode_sparse]") {
+TEST_CASE("mla_decode_sparse's softmax_wg schedule on bf16 rows matches float64", "[gpu][mla_decode_sparse]") {
   if (!test::gpu_or_skip()) return;
-  // bf16 only: a gathering producer and two consumers; split runs of whole 64-key steps.
-  const json config = {{"schedule", "two_consumers"}, {"block_n", 64}, {"stages", 4}};
+  // bf16's default is two_consumers; softmax_wg (fp8's schedule) on bf16 rows, 64-key
+  // steps over pairs of stages, split runs of whole steps.
+  const json config = {{"schedule", "softmax_wg"}, {"block_n", 64}, {"stages", 4}};
   for (int h : {8, 64, 128}) run_and_judge(hostile({{"layout", "bf16"}, {"h", h}}), &config);
   for (int splits : {1, 3}) run_and_judge(hostile({{"layout", "bf16"}, {"sink", "finite"}, {"splits", splits}}), &config);
   run_and_judge(hostile({{"layout", "bf16"}, {"lens", "token"}, {"q_len", 2}, {"topk_extra", 100}}), &config);

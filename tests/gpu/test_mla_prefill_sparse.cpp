@@ -89,9 +89,9 @@ TEST_CASE("mla_prefill_sparse matches float64 on hostile edges", "[gpu][mla_pref
   run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500);
 }
 
-TEST_CASE("mla_prefill_sparse's two_consumers schedule matches float64", "[gpu][mla_prefill_sparse]") {
+TEST_CASE("mla_prefill_sparse's softmax_wg schedule matches float64", "[gpu][mla_prefill_sparse]") {
   if (!test::gpu_or_skip()) return;
-  const json config = {{"schedule", "two_consumers"}};
+  const json config = {{"schedule", "softmax_wg"}};  // the default is two_consumers
   for (int h : {16, 128}) run_and_judge(hostile({{"h", h}, {"sink", "finite"}}), 0, &config);
   run_and_judge(hostile({{"lens", "token"}, {"h", 64}, {"topk", 300}, {"page_size", 40}}), 0, &config);
   run_and_judge(hostile({{"lens", "zero"}, {"h", 32}}), 0, &config);  // no step at all

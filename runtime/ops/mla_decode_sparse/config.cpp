@@ -99,12 +99,14 @@ MlaDecodeSparseConfig mla_decode_sparse_default_config(MlaSparseLayout layout, i
   MlaDecodeSparseConfig c;
   c.cache_layout = layout;
   c.num_heads = num_heads;
-  // 32-key gather stages, as many in flight as the 227 KiB hold: bf16 4 of 36 KiB, with S
-  // and P·V in 64-key steps over pairs of them (14 % faster than 32-key steps at h 128,
-  // H200); fp8 3 raw stages of 22 KiB beside its 2 bf16 stages, 32-key steps.
+  // 32-key gather stages, as many in flight as the 227 KiB hold: bf16 4 of 36 KiB, each
+  // consumer's S over 64 keys of them (two_consumers: 2-8 % faster than softmax_wg's
+  // 64-key steps on the bf16 rows, H200); fp8 3 raw stages of 22 KiB beside its
+  // 2 bf16 stages, 32-key steps with softmax_wg (two_consumers is bf16 only).
   const bool fp8 = layout == MlaSparseLayout::kFp8;
   c.block_n = fp8 ? 32 : 64;
   c.stages = fp8 ? 3 : 4;
+  c.schedule = fp8 ? MlaSparseSchedule::kSoftmaxWarpgroup : MlaSparseSchedule::kTwoConsumers;
   return c;
 }
 
