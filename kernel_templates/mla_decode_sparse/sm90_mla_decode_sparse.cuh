@@ -75,9 +75,9 @@ struct Traits {
   static constexpr int kSoftmaxRegs = 120;
   static constexpr int kPvRegs = 192;
   static_assert(kSoftmaxRegs + 2 * kPvRegs <= 3 * 168, "register budgets over the launch's");
-  // two_consumers: the producer only gathers (88: its 8 row pointers and the gather's
-  // addresses without spills); a consumer holds O[64 × 256], S[64 × 64] and P's RS
-  // fragments (ptxas fits them in 208).
+  // two_consumers: the producer only gathers (88: this step's and the next step's 8
+  // indices and the row math without spills; 72 spilled); a consumer holds O[64 × 256],
+  // S[64 × 64] and P's RS fragments (ptxas fits them in 208).
   static constexpr int kProducerRegs = 88;
   static constexpr int kConsumerRegs = 208;
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budgets over the launch's");

@@ -10,7 +10,8 @@
 //   WG0  producer: per step, the four halves in the order the consumers free them (buf 0
 //        lo, buf 1 hi, buf 0 hi, buf 1 lo), 16-byte cp.async into the swizzled ring; 16
 //        groups of 8 threads, a group 4 keys, its 8 threads the 16-byte units of a
-//        128-byte chunk row (one coalesced line per key and chunk).
+//        128-byte chunk row (one coalesced line per key and chunk); the indices a step
+//        ahead.
 //   WG1  even consumer, O[:, 0:256): S_even = Q·K_evenᵀ [64 × 64]; the row max so far
 //        (running max, then the even keys) to WG2; P_even·V_even[lo] from registers (RS);
 //        then the step's final max from WG2: P_even rescaled to it into shared memory for
