@@ -277,6 +277,12 @@ ATTNJIT_DEVICE void store_p(const float (&sc)[Consumers<P>::kSAcc], const float 
 
 // ---- the two consumers ------------------------------------------------------------------
 
+// P_even's [64 × 64] tile: buffer 0's rope rows (chunk 8, ring rows 0..63; see the top).
+template <auto P>
+ATTNJIT_DEVICE u32 p_even_tile(const SharedStorage<P>& s) {
+  return smem_u32(s.kv) + Consumers<P>::kRopeChunk * KTile<P>::kChunkBytes;
+}
+
 template <auto P>
 ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps, float (&o)[kValueDim / 4],
                                   RowState& rs) {
@@ -284,7 +290,7 @@ ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps,
   const int tid = thread_in_warpgroup();
   const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
   const u32 q = smem_u32(s.q), kv = smem_u32(s.kv), p_odd = smem_u32(s.p);
-  const u32 p_even = kv + C::kRopeChunk * KTile<P>::kChunkBytes;  // buffer 0's rope rows
+  const u32 p_even = p_even_tile(s);
   float sc[C::kSAcc];  // S_even, then P_even: [64 × 64] accumulator fragment
   u32 pf[4][4];        // P_even as RS A fragments (k16 steps × 4 registers)
   for (int step = 0; step < steps; ++step) {
@@ -354,7 +360,7 @@ ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, 
   const int tid = thread_in_warpgroup();
   const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
   const u32 q = smem_u32(s.q), kv = smem_u32(s.kv), p_odd = smem_u32(s.p);
-  const u32 p_even = kv + C::kRopeChunk * KTile<P>::kChunkBytes;
+  const u32 p_even = p_even_tile(s);
   const u32 hi_byte = static_cast<u32>(kValueDim);  // V columns [256, 512): bf16 bytes 512..
   float sc[C::kSAcc];  // S_odd, then P_odd
   u32 pf[4][4];
