@@ -18,6 +18,12 @@ ATTNJIT_DEVICE float exp2_ftz(float x) {
   return y;
 }
 
+// The online softmax's rescale of a row's running sum and output when its max moves:
+// exp2(m_old − m_new), 1 while a row has seen no key (never inf − inf).
+ATTNJIT_DEVICE float rescale_factor(float m_old, float m_new) {
+  return m_new == neg_inf() ? 1.0f : exp2_ftz(m_old - m_new);
+}
+
 // 2^x on the FMA pipe instead of the MUFU, for softmax loops whose exponentials outrun the
 // MUFU's 16 per clock per SM (FA4 moves a share of them the same way): x = j + f with
 // j = round(x) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (relative error 7.5e-5,

@@ -289,11 +289,6 @@ ATTNJIT_DEVICE void exponentiate(float (&sc)[Traits<P>::kSAcc], const float (&m)
   }
 }
 
-// exp2(m_old − m_new), 1 while a row has seen no key (never inf − inf).
-ATTNJIT_DEVICE float rescale_factor(float m_old, float m_new) {
-  return m_new == neg_inf() ? 1.0f : exp2_ftz(m_old - m_new);
-}
-
 template <auto P>
 ATTNJIT_DEVICE void scale_rows(float (&o)[Traits<P>::kAcc], const float (&f)[2]) {
 #pragma unroll

@@ -235,11 +235,6 @@ ATTNJIT_DEVICE void mask_and_max(float (&sc)[Consumers<P>::kSAcc], u32 valid_add
   }
 }
 
-// exp2(m_old − m_new), 1 while a row has seen no key (never inf − inf).
-ATTNJIT_DEVICE float rescale_factor(float m_old, float m_new) {
-  return m_new == neg_inf() ? 1.0f : exp2_ftz(m_old - m_new);
-}
-
 // Raw masked scores → P = exp2(s·c − m) in place; adds this thread's part of the row sums.
 template <auto P>
 ATTNJIT_DEVICE void exponentiate(float (&sc)[Consumers<P>::kSAcc], const RowState& rs, float scale_log2,
