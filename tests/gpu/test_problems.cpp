@@ -129,10 +129,10 @@ TEST_CASE("every op family has one problem, with bench rows and test rows", "[ha
     ops.push_back(k.op);
   }
   CHECK(ops == std::vector<std::string>{"tma_copy", "mla_decode", "mha_fwd", "merge_states", "mla_decode_fp8",
-                                        "mla_decode_sparse", "mla_prefill_sparse"});
+                                        "mla_decode_sparse", "mla_prefill_sparse", "mla_decode_branch_fp8"});
   REQUIRE_ERROR(harness::find_problem("mla_decode_combine"), ErrorKind::kUnsupportedConfig,
                 "ops with one: tma_copy, mla_decode, mha_fwd, merge_states, mla_decode_fp8, mla_decode_sparse, "
-                "mla_prefill_sparse");
+                "mla_prefill_sparse, mla_decode_branch_fp8");
 }
 
 // What `attnjit bench` does per row, on every op's test rows: the runtime's plan, poisoned

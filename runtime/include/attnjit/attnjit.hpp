@@ -2,6 +2,7 @@
 // attnjit's public API in one include.
 #include "attnjit/error.hpp"
 #include "attnjit/ops/merge_states.hpp"
+#include "attnjit/ops/mla_decode_branch_fp8.hpp"
 #include "attnjit/ops/mha_fwd.hpp"
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/mla_decode_fp8.hpp"

@@ -1,0 +1,503 @@
+// mla_decode_branch_fp8 as a problem: `attnjit bench mla_decode_branch_fp8`'s rows (issue
+// 22's table: the whole branch, and each stage launched alone) and their test-scale twins.
+//
+// A case's inputs: q, kv_input, gamma drawn as bf16; W_UK and W_UV drawn as floats and
+// quantized to e4m3 with 128 × 128 block scales (harness::mla_branch_quantize_weight);
+// freqs_cis of DeepSeek's interleaved RoPE (base 10000); one period of kChunkRows cache rows
+// (bf16, or quantized on the GPU by mla_fp8_quantize for the 640-byte cache) repeated
+// through a shuffled page pool, as mla_decode's problems do. Weights come in enough copies
+// to be out of L2 on every call (each layer of a model has its own).
+//
+// The check (harness/mla_branch_reference.hpp): the output against the unfused branch in
+// float64 (cosine and rel-L2 limits from the fp8 error model), every new cache row against
+// its reference, and every other byte of the pool (and σ) against what it held before.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+
+#include "attnjit/error.hpp"
+#include "attnjit/ops/mla_decode_branch_fp8.hpp"
+#include "driver/driver.hpp"
+#include "harness/device.hpp"
+#include "harness/mla_branch_reference.hpp"
+#include "harness/mla_reference.hpp"
+#include "harness/problem.hpp"
+#include "ops/registry.hpp"
+
+namespace attnjit::harness {
+namespace {
+
+using nlohmann::json;
+
+constexpr float kScale = 0.07216878f;  // 1/sqrt(192)
+constexpr float kEpsilon = 1e-6f;
+constexpr int kChunkRows = 4096;       // the pool's period (every page size divides it)
+constexpr int kMaxWeightCopies = 64;  // h 16: 2 MiB of weights per copy
+
+// The fp8 error model of the whole branch against its unquantized float64 twin: e4m3
+// rounds by at most 2^-4 relative, ~2^-4/√3 RMS per value; the activations are quantized
+// twice (absorption, output projection) and, on the fp8 cache, q and the cache rows once
+// more. Independent errors add in quadrature: ~0.036 per quantization step, so rel-L2
+// ≤ 0.06 (bf16 cache: two steps) and ≤ 0.09 (fp8: four), cosine ≥ 1 − rel²/2.
+constexpr double kRelL2Bf16 = 0.06, kRelL2Fp8 = 0.09;
+
+struct BranchCase {
+  int b = 128, q_len = 1, h = 128, s_k = 4096, page = 64;
+  bool fp8 = false;   // the 640-byte cache (else bf16)
+  bool varq = false;  // each sequence's new tokens uniform in 0..q_len (0 included)
+  MlaBranchStage stage = MlaBranchStage::kAll;
+  nlohmann::ordered_json to_json() const {
+    return {{"b", b},     {"q_len", q_len},         {"h", h},
+            {"s_k", s_k}, {"page", page},           {"cache", fp8 ? "fp8" : "bf16"},
+            {"varq", varq ? 1 : 0}, {"stage", std::string(to_string(stage))}};
+  }
+};
+
+BranchCase read_case(const json& s) {
+  if (!s.is_object()) fail_arg("mla_decode_branch_fp8 shape", "must be a JSON object");
+  BranchCase c;
+  for (const auto& item : s.items()) {
+    const std::string& key = item.key();
+    const json& v = item.value();
+    auto int_in = [&](int lo, int hi) {
+      if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+        fail_arg(fmt::format("mla_decode_branch_fp8 shape key '{}'", key),
+                 fmt::format("must be an integer in {}..{}, got {}", lo, hi, v.dump()));
+      return v.get<int>();
+    };
+    if (key == "b") c.b = int_in(1, 4096);
+    else if (key == "q_len") c.q_len = int_in(1, 8);
+    else if (key == "h") c.h = int_in(1, 128);
+    else if (key == "s_k") c.s_k = int_in(1, 1 << 18);
+    else if (key == "page") c.page = int_in(64, 256);
+    else if (key == "varq") c.varq = int_in(0, 1) == 1;
+    else if (key == "cache") {
+      if (v != "bf16" && v != "fp8")
+        fail_arg("mla_decode_branch_fp8 shape key 'cache'", fmt::format("must be \"bf16\" or \"fp8\", got {}", v.dump()));
+      c.fp8 = v == "fp8";
+    } else if (key == "stage") {
+      bool found = false;
+      for (MlaBranchStage st : {MlaBranchStage::kAll, MlaBranchStage::kRope, MlaBranchStage::kAbsorb,
+                                MlaBranchStage::kAttention, MlaBranchStage::kOutput})
+        if (v.is_string() && v.get<std::string>() == to_string(st)) c.stage = st, found = true;
+      if (!found)
+        fail_arg("mla_decode_branch_fp8 shape key 'stage'",
+                 fmt::format("must be all, rope, absorb, attention or output, got {}", v.dump()));
+    } else {
+      fail_arg(fmt::format("mla_decode_branch_fp8 shape key '{}'", key),
+               "is not one of b, q_len, h, s_k, page, cache, varq, stage");
+    }
+  }
+  if (kChunkRows % c.page != 0) fail_arg("mla_decode_branch_fp8 shape key 'page'", "must be 64, 128 or 256");
+  if (c.s_k < c.q_len) fail_arg("mla_decode_branch_fp8 shape key 's_k'", "must be >= q_len (lengths after the step)");
+  return c;
+}
+
+std::vector<uint16_t> draw_bf16(size_t n, float mean, float sd, std::mt19937_64& gen) {
+  std::normal_distribution<float> d(mean, sd);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = float_to_bf16(d(gen));
+  return v;
+}
+
+std::vector<float> as_floats(const std::vector<uint16_t>& bits) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_float(bits[i]);
+  return v;
+}
+
+struct Weight {
+  MlaBranchWeightFp8 host;
+  std::vector<DeviceBuffer> codes, scale;  // one per copy
+};
+
+Weight make_weight(int h, int n, int k, int copies, std::mt19937_64& gen) {
+  std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+  std::vector<float> w(static_cast<size_t>(h) * n * k);
+  for (auto& x : w) x = d(gen);
+  Weight out;
+  out.host = mla_branch_quantize_weight(w, h, n, k);
+  for (int i = 0; i < copies; ++i) {
+    out.codes.emplace_back(out.host.codes.size());
+    out.codes.back().upload(out.host.codes);
+    out.scale.emplace_back(out.host.scale.size() * 4);
+    out.scale.back().upload(out.host.scale);
+  }
+  return out;
+}
+
+class BranchProblem final : public Problem {
+ public:
+  BranchProblem(const BranchCase& c, uint64_t seed, size_t l2_bytes) : c_(c) {
+    std::mt19937_64 gen(seed);
+    // New tokens per sequence and the lengths around the step.
+    std::uniform_int_distribution<int> nq(0, c.q_len);
+    offsets_.push_back(0);
+    for (int b = 0; b < c.b; ++b) {
+      const int n = c.varq ? nq(gen) : c.q_len;
+      offsets_.push_back(offsets_.back() + n);
+      before_.push_back(c.s_k - n);
+      after_.push_back(c.s_k);
+    }
+    tokens_ = offsets_.back();
+    const MlaPageTable pt = mla_random_page_table(after_, c.s_k, c.page, kChunkRows / c.page, gen);
+    max_pages_ = pt.max_pages;
+    num_pages_ = std::max(1, pt.num_pages);
+    table_ = pt.table;
+    ref_table_ = pt.ref_table;
+
+    // Activations, norm weight, RoPE table.
+    q_bits_ = draw_bf16(static_cast<size_t>(tokens_) * c.h * 192, 0.0f, 1.0f, gen);
+    kv_bits_ = draw_bf16(static_cast<size_t>(tokens_) * 576, 0.0f, 1.0f, gen);
+    gamma_bits_ = draw_bf16(512, 1.0f, 0.1f, gen);
+    max_pos_ = c.s_k + 1;
+    freqs_.resize(static_cast<size_t>(max_pos_) * 64);
+    for (int p = 0; p < max_pos_; ++p)
+      for (int j = 0; j < 32; ++j) {
+        const double theta = p * std::pow(10000.0, -2.0 * j / 64.0);
+        freqs_[static_cast<size_t>(p) * 64 + 2 * j] = static_cast<float>(std::cos(theta));
+        freqs_[static_cast<size_t>(p) * 64 + 2 * j + 1] = static_cast<float>(std::sin(theta));
+      }
+    const size_t weight_bytes = size_t{2} * c.h * 512 * 128;
+    copies_ = copies_out_of_l2(weight_bytes, l2_bytes, kMaxWeightCopies);
+    w_uk_ = make_weight(c.h, 512, 128, copies_, gen);
+    w_uv_ = make_weight(c.h, 128, 512, copies_, gen);
+
+    // The cache's period, then the pool (the period repeated) and, fp8, σ per row.
+    const std::vector<uint16_t> period = draw_bf16(size_t{kChunkRows} * 576, 0.0f, 1.0f, gen);
+    row_bytes_ = c.fp8 ? kMlaFp8RowBytes : 1152;
+    if (c.fp8) {
+      DeviceBuffer in(period.size() * 2), rows(size_t{kChunkRows} * 640), sigma(size_t{kChunkRows} * 4);
+      in.upload(period);
+      MlaFp8QuantizeArgs qa;
+      qa.in = TensorView::contiguous(in.data(), DType::kBF16, {kChunkRows, 576});
+      qa.out = TensorView::contiguous(rows.data(), DType::kU8, {kChunkRows, 640});
+      qa.scale = TensorView::contiguous(sigma.data(), DType::kF32, {kChunkRows});
+      mla_fp8_quantize(qa, nullptr);
+      synchronize();
+      chunk_ = rows.download_as<uint8_t>(rows.bytes());
+      chunk_scale_ = sigma.download_as<float>(kChunkRows);
+    } else {
+      chunk_.resize(period.size() * 2);
+      std::memcpy(chunk_.data(), period.data(), chunk_.size());
+    }
+    const size_t pool_rows = static_cast<size_t>(num_pages_) * c.page;
+    pool_ = DeviceBuffer(pool_rows * row_bytes_);
+    if (c.fp8) pool_scale_ = DeviceBuffer(pool_rows * 4);
+    for (size_t r = 0; r < pool_rows; r += kChunkRows) {
+      const size_t n = std::min<size_t>(kChunkRows, pool_rows - r);
+      ATTNJIT_CU(cuMemcpyHtoD, pool_.ptr() + r * row_bytes_, chunk_.data(), n * row_bytes_);
+      if (c.fp8) ATTNJIT_CU(cuMemcpyHtoD, pool_scale_.ptr() + r * 4, chunk_scale_.data(), n * 4);
+    }
+    // The physical rows this step writes (the untouched-bytes check skips them).
+    for (int b = 0; b < c.b; ++b)
+      for (int i = 0; i < offsets_[b + 1] - offsets_[b]; ++i) new_rows_.push_back(physical_row(b, before_[b] + i));
+
+    auto upload = [](const auto& v) {
+      DeviceBuffer d(std::max<size_t>(1, v.size() * sizeof(v[0])));
+      if (!v.empty()) d.upload(v);
+      return d;
+    };
+    q_ = upload(q_bits_);
+    kv_in_ = upload(kv_bits_);
+    gamma_ = upload(gamma_bits_);
+    freqs_d_ = upload(freqs_);
+    offsets_d_ = upload(offsets_);
+    before_d_ = upload(before_);
+    table_d_ = upload(table_);
+    out_ = DeviceBuffer(std::max<size_t>(1, static_cast<size_t>(tokens_) * c.h * 128 * 2));
+  }
+
+  int64_t physical_row(int b, int pos) const {
+    return int64_t{table_[static_cast<size_t>(b) * max_pages_ + pos / c_.page]} * c_.page + pos % c_.page;
+  }
+
+  nlohmann::ordered_json case_json() const override { return c_.to_json(); }
+  std::string describe() const override {
+    return fmt::format("b={} q_len={}{} h={} s_k={} {} cache, {}", c_.b, c_.q_len, c_.varq ? " varq" : "", c_.h,
+                       c_.s_k, c_.fp8 ? "fp8" : "bf16", to_string(c_.stage));
+  }
+  int copies() const override { return copies_; }
+
+  MlaDecodeBranchFp8Args args(int i) const {
+    const int w = i % copies_;
+    const int64_t t = tokens_, h = c_.h;
+    MlaDecodeBranchFp8Args a;
+    a.q = TensorView::contiguous(q_.data(), DType::kBF16, {t, h, 192});
+    a.input_row_offsets = TensorView::contiguous(offsets_d_.data(), DType::kI32, {c_.b + 1});
+    a.cache_lens_before = TensorView::contiguous(before_d_.data(), DType::kI32, {c_.b});
+    a.kv_input = TensorView::contiguous(kv_in_.data(), DType::kBF16, {t, 576});
+    a.freqs_cis = TensorView::contiguous(freqs_d_.data(), DType::kF32, {max_pos_, 64});
+    a.kv_norm_gamma = TensorView::contiguous(gamma_.data(), DType::kBF16, {512});
+    a.epsilon = kEpsilon;
+    a.kv_cache = c_.fp8 ? TensorView::contiguous(pool_.data(), DType::kU8, {num_pages_, c_.page, 640})
+                        : TensorView::contiguous(pool_.data(), DType::kBF16, {num_pages_, c_.page, 576});
+    if (c_.fp8) a.kv_scale = TensorView::contiguous(pool_scale_.data(), DType::kF32, {num_pages_, c_.page});
+    a.block_table = TensorView::contiguous(table_d_.data(), DType::kI32, {c_.b, max_pages_});
+    a.w_uk = TensorView::contiguous(w_uk_.codes[w].data(), DType::kE4M3, {h, 512, 128});
+    a.w_uk_scale = TensorView::contiguous(w_uk_.scale[w].data(), DType::kF32, {h, 4, 1});
+    a.w_uv = TensorView::contiguous(w_uv_.codes[w].data(), DType::kE4M3, {h, 128, 512});
+    a.w_uv_scale = TensorView::contiguous(w_uv_.scale[w].data(), DType::kF32, {h, 1, 4});
+    a.out = TensorView::contiguous(out_.data(), DType::kBF16, {t, h, 128});
+    a.softmax_scale = kScale;
+    return a;
+  }
+
+  // overrides: {"absorb": {...}, "output": {...}} laid over the built-in projection configs.
+  Prepared prepare(const json* overrides) override {
+    MlaDecodeBranchFp8Shape shape = mla_decode_branch_fp8_shape(args(0), c_.q_len);
+    shape.max_len = c_.s_k;
+    MlaBranchProjConfig absorb = mla_branch_proj_default_config(128, tokens_, c_.h);
+    MlaBranchProjConfig output = mla_branch_proj_default_config(512, tokens_, c_.h);
+    const json heuristic = {{"absorb", json::parse(absorb.to_json())}, {"output", json::parse(output.to_json())}};
+    if (overrides) {
+      for (const auto& item : overrides->items())
+        if (item.key() != "absorb" && item.key() != "output")
+          fail_arg(fmt::format("--config key '{}'", item.key()), "must be \"absorb\" or \"output\" (a projection config)");
+      json runtime;
+      if (overrides->contains("absorb"))
+        absorb = MlaBranchProjConfig::from_json(merge_config(heuristic["absorb"], (*overrides)["absorb"], {}, runtime).dump());
+      if (overrides->contains("output"))
+        output = MlaBranchProjConfig::from_json(merge_config(heuristic["output"], (*overrides)["output"], {}, runtime).dump());
+    }
+    auto plan = std::make_shared<MlaDecodeBranchFp8Plan>(mla_decode_branch_fp8_plan(shape, &absorb, &output));
+    auto workspace = std::make_shared<DeviceBuffer>(std::max<size_t>(1, plan->workspace_bytes));
+    const Workspace ws{workspace->data(), plan->workspace_bytes};
+    mla_decode_branch_fp8_schedule(*plan, args(0), ws, nullptr);
+    Prepared p;
+    p.config = {{"absorb", json::parse(plan->absorb.to_json())},
+                {"output", json::parse(plan->output.to_json())},
+                {"attention", json::parse(c_.fp8 ? plan->attention_fp8.config.to_json()
+                                                 : plan->attention.config.to_json())}};
+    p.config_source = overrides ? "given" : "heuristic";
+    // A stage alone reads what the stages before it left in the workspace: the whole
+    // branch runs once first, and check() runs it again before judging.
+    full_run_ = [this, plan, ws, workspace] { mla_decode_branch_fp8(args(0), *plan, ws, nullptr); };
+    if (c_.stage != MlaBranchStage::kAll) full_run_();
+    const MlaBranchStage stage = c_.stage;
+    p.run = [this, plan, ws, workspace, stage](int i) {
+      mla_decode_branch_fp8_stage(args(i), *plan, ws, nullptr, stage);
+    };
+    p.schedule = [this, plan, ws, workspace] { mla_decode_branch_fp8_schedule(*plan, args(0), ws, nullptr); };
+    return p;
+  }
+
+  void poison_output() override { out_.fill_byte(0xFF); }
+  std::vector<uint8_t> output_bytes() const override {
+    synchronize();
+    return out_.download_as<uint8_t>(out_.bytes());
+  }
+
+  Verdict check(int sampled_rows) const override;
+
+  std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
+    return compare_16bit(ref, got, false, 1e-2);
+  }
+
+  double bytes() const override;
+  double flops() const override;
+  json target() const override {
+    // Issue 22: the projections at ≤ 16 tokens read their weights at >= 2.0 TB/s.
+    const bool proj = c_.stage == MlaBranchStage::kAbsorb || c_.stage == MlaBranchStage::kOutput;
+    if (proj && tokens_ <= 16) return {{"metric", "gbps"}, {"h100", 2000}};
+    return nullptr;
+  }
+
+ private:
+  BranchCase c_;
+  std::vector<int32_t> offsets_, before_, after_, table_, ref_table_;
+  std::vector<int64_t> new_rows_;
+  int tokens_ = 0, max_pages_ = 0, num_pages_ = 0, max_pos_ = 0, copies_ = 1, row_bytes_ = 0;
+  std::vector<uint16_t> q_bits_, kv_bits_, gamma_bits_;
+  std::vector<float> freqs_, chunk_scale_;
+  std::vector<uint8_t> chunk_;
+  Weight w_uk_, w_uv_;
+  DeviceBuffer q_, kv_in_, gamma_, freqs_d_, offsets_d_, before_d_, table_d_, pool_, pool_scale_, out_;
+  std::function<void()> full_run_;
+};
+
+Verdict BranchProblem::check(int sampled_rows) const {
+  if (c_.stage != MlaBranchStage::kAll) full_run_();  // judge the whole branch's output
+  synchronize();
+  const MlaBranchCacheLayout layout = c_.fp8 ? MlaBranchCacheLayout::kFp8Token : MlaBranchCacheLayout::kBf16;
+
+  // 1. Every new cache row (and σ) against its reference.
+  MlaBranchRowComparison rows_cmp;
+  std::vector<uint8_t> row(static_cast<size_t>(row_bytes_));
+  for (int b = 0; b < c_.b; ++b)
+    for (int t = offsets_[b]; t < offsets_[b + 1]; ++t) {
+      const int pos = before_[b] + (t - offsets_[b]);
+      const int64_t r = physical_row(b, pos);
+      ATTNJIT_CU(cuMemcpyDtoH, row.data(), pool_.ptr() + r * row_bytes_, row.size());
+      float sigma = 0.0f;
+      if (c_.fp8) ATTNJIT_CU(cuMemcpyDtoH, &sigma, pool_scale_.ptr() + r * 4, 4);
+      const MlaBranchCacheRowRef ref = mla_branch_cache_row_reference(
+          &kv_bits_[static_cast<size_t>(t) * 576], &freqs_[static_cast<size_t>(pos) * 64], gamma_bits_.data(), kEpsilon);
+      rows_cmp.merge(mla_branch_compare_cache_row(layout, row.data(), sigma, ref), t);
+    }
+
+  // 2. Every other byte of the pool (and σ) as it was: the period, repeated.
+  const std::set<int64_t> written(new_rows_.begin(), new_rows_.end());
+  const size_t pool_rows = static_cast<size_t>(num_pages_) * c_.page;
+  int64_t touched = 0;
+  std::vector<uint8_t> got(size_t{kChunkRows} * row_bytes_);
+  std::vector<float> got_scale(kChunkRows);
+  for (size_t r0 = 0; r0 < pool_rows; r0 += kChunkRows) {
+    const size_t n = std::min<size_t>(kChunkRows, pool_rows - r0);
+    ATTNJIT_CU(cuMemcpyDtoH, got.data(), pool_.ptr() + r0 * row_bytes_, n * row_bytes_);
+    if (c_.fp8) ATTNJIT_CU(cuMemcpyDtoH, got_scale.data(), pool_scale_.ptr() + r0 * 4, n * 4);
+    for (size_t i = 0; i < n; ++i) {
+      if (written.count(static_cast<int64_t>(r0 + i))) continue;
+      const bool same = std::memcmp(&got[i * row_bytes_], &chunk_[i * row_bytes_], row_bytes_) == 0 &&
+                        (!c_.fp8 || std::memcmp(&got_scale[i], &chunk_scale_[i], 4) == 0);
+      touched += same ? 0 : 1;
+    }
+  }
+
+  // 3. The output against the unfused branch in float64, on sampled (t, h) rows plus the
+  // first and last token's first and last head (sampled_rows 0: every row).
+  const std::vector<uint16_t> out_bits = out_.download_as<uint16_t>(static_cast<size_t>(tokens_) * c_.h * 128);
+  const std::vector<float> out = as_floats(out_bits);
+  int64_t nonfinite = 0;
+  for (float x : out) nonfinite += std::isfinite(x) ? 0 : 1;
+  std::vector<MlaBranchRow> sample;
+  if (tokens_ > 0) {
+    if (sampled_rows > 0) {
+      std::set<std::pair<int, int>> picked{{0, 0}, {0, c_.h - 1}, {tokens_ - 1, 0}, {tokens_ - 1, c_.h - 1}};
+      std::mt19937_64 gen(7);
+      std::uniform_int_distribution<int> dt(0, tokens_ - 1), dh(0, c_.h - 1);
+      while (static_cast<int>(picked.size()) < std::min(sampled_rows + 4, tokens_ * c_.h)) picked.insert({dt(gen), dh(gen)});
+      for (const auto& [t, h] : picked) sample.push_back({t, h});
+    } else {
+      for (int t = 0; t < tokens_; ++t)
+        for (int h = 0; h < c_.h; ++h) sample.push_back({t, h});
+    }
+  }
+  const std::vector<float> q = as_floats(q_bits_), kv = as_floats(kv_bits_), gamma = as_floats(gamma_bits_);
+  const std::vector<double> w_uk = mla_branch_dequantize_weight(w_uk_.host);
+  const std::vector<double> w_uv = mla_branch_dequantize_weight(w_uv_.host);
+  MlaBranchProblem p;
+  p.tokens = tokens_;
+  p.heads = c_.h;
+  p.batch = c_.b;
+  p.max_pos = max_pos_;
+  p.q = q;
+  p.kv_input = kv;
+  p.freqs_cis = freqs_;
+  p.gamma = gamma;
+  p.epsilon = kEpsilon;
+  p.w_uk = w_uk;
+  p.w_uv = w_uv;
+  p.old_row = [this, layout](int b, int pos, double* dst) {
+    const int64_t r = int64_t{ref_table_[static_cast<size_t>(b) * max_pages_ + pos / c_.page]} * c_.page + pos % c_.page;
+    mla_branch_decode_cache_row(layout, &chunk_[static_cast<size_t>(r) * row_bytes_],
+                                c_.fp8 ? chunk_scale_[static_cast<size_t>(r)] : 0.0f, dst);
+  };
+  p.input_row_offsets = offsets_;
+  p.cache_lens_before = before_;
+  p.softmax_scale = static_cast<double>(kScale);
+  const MlaBranchReference ref = mla_branch_reference(p, sample);
+  const double cosine = sample.empty() ? 1.0 : mla_branch_cosine(out, ref);
+  const double rel_l2 = sample.empty() ? 0.0 : mla_branch_rel_l2(out, ref);
+  const double rel_limit = c_.fp8 ? kRelL2Fp8 : kRelL2Bf16;
+  const double cos_limit = 1.0 - rel_limit * rel_limit / 2.0;
+
+  Verdict v;
+  v.passed = rows_cmp.passed && touched == 0 && nonfinite == 0 && rel_l2 <= rel_limit && cosine >= cos_limit;
+  v.summary = fmt::format("out: cosine {:.6f} (>= {:.5f}), rel_l2 {:.4f} (<= {}) over {} rows, {} non-finite; "
+                          "new cache rows: {}; other pool rows changed: {}",
+                          cosine, cos_limit, rel_l2, rel_limit, sample.size(), nonfinite, rows_cmp.summary(), touched);
+  v.numbers = {{"passed", v.passed},       {"cosine", cosine},          {"rel_l2", rel_l2},
+               {"rows_checked", static_cast<int64_t>(sample.size())}, {"nonfinite_out", nonfinite},
+               {"cache_rows_passed", rows_cmp.passed}, {"cache_worst_ratio", rows_cmp.worst_ratio},
+               {"untouched_rows_changed", touched}};
+  return v;
+}
+
+// The bytes the timed region must move at least: the whole branch, or the stage alone.
+double BranchProblem::bytes() const {
+  const double t = tokens_, h = c_.h;
+  const double weights = h * 512 * 128 + h * 4 * 4;  // e4m3 codes + scales, per projection
+  double cache = 0;
+  for (int b = 0; b < c_.b; ++b) cache += static_cast<double>(after_[b]) * (row_bytes_ + (c_.fp8 ? 4 : 0));
+  const double new_rows = t * (row_bytes_ + (c_.fp8 ? 4 : 0));
+  switch (c_.stage) {
+    case MlaBranchStage::kRope: return t * h * 64 * 2 * 2 + t * 576 * 2 + new_rows;
+    case MlaBranchStage::kAbsorb: return weights + t * h * (128 + 512) * 2;
+    case MlaBranchStage::kAttention: return cache + t * h * (576 + 512) * 2;
+    case MlaBranchStage::kOutput: return weights + t * h * (512 + 128) * 2;
+    case MlaBranchStage::kAll: break;
+  }
+  return 2 * weights + t * h * (192 + 128) * 2 + t * 576 * 2 + new_rows + cache;
+}
+
+double BranchProblem::flops() const {
+  const double proj = 2.0 * tokens_ * c_.h * 512 * 128;
+  double pairs = 0;
+  for (int b = 0; b < c_.b; ++b)
+    for (int i = 0; i < offsets_[b + 1] - offsets_[b]; ++i) pairs += before_[b] + i + 1;
+  const double attention = 2.0 * pairs * c_.h * (576 + 512);
+  switch (c_.stage) {
+    case MlaBranchStage::kRope: return 0;
+    case MlaBranchStage::kAbsorb:
+    case MlaBranchStage::kOutput: return proj;
+    case MlaBranchStage::kAttention: return attention;
+    case MlaBranchStage::kAll: break;
+  }
+  return 2 * proj + attention;
+}
+
+// Issue 22's rows: b 128, q_len 1 and 2, h 128 and 16, cache 4096 and 32768, bf16 and fp8
+// caches, the whole branch; then each stage alone at q_len 1, h 128 and h 16 (cache 4096).
+std::vector<BranchCase> bench_cases() {
+  std::vector<BranchCase> v;
+  for (const json& s : ops::find_op("mla_decode_branch_fp8").tuning.bench_shapes) v.push_back(read_case(s));
+  for (bool fp8 : {false, true})
+    for (int h : {128, 16})
+      for (MlaBranchStage st : {MlaBranchStage::kRope, MlaBranchStage::kAbsorb, MlaBranchStage::kAttention,
+                                MlaBranchStage::kOutput}) {
+        BranchCase c;
+        c.fp8 = fp8, c.h = h, c.stage = st;
+        v.push_back(c);
+      }
+  return v;
+}
+
+}  // namespace
+
+ProblemKind mla_decode_branch_fp8_problem() {
+  ProblemKind k;
+  k.op = "mla_decode_branch_fp8";
+  k.bench_cases = [] {
+    std::vector<json> v;
+    for (const BranchCase& c : bench_cases()) v.push_back(c.to_json());
+    return v;
+  };
+  k.test_cases = [] {  // the whole-branch rows at test scale, plus ragged and MTP batches
+    std::vector<json> v;
+    for (BranchCase c : bench_cases()) {
+      if (c.stage != MlaBranchStage::kAll || c.s_k != 4096) continue;
+      c.b = 3;
+      c.s_k = 300;
+      v.push_back(c.to_json());
+    }
+    for (bool fp8 : {false, true}) {
+      BranchCase c;
+      c.b = 6, c.q_len = 8, c.h = 16, c.s_k = 200, c.varq = true, c.fp8 = fp8;
+      v.push_back(c.to_json());
+    }
+    return v;
+  };
+  k.make = [](const json& shape, uint64_t seed, size_t l2_bytes) -> std::unique_ptr<Problem> {
+    return std::make_unique<BranchProblem>(read_case(shape), seed, l2_bytes);
+  };
+  return k;
+}
+
+}  // namespace attnjit::harness

@@ -1,0 +1,186 @@
+// mla_decode_branch_fp8 configs as data: the field tables of the projection (the op's own
+// kernel) and of the rope / norm / cache-write kernel, validation (errors name the field),
+// the heuristic, the recipes and the registry entries. The attention stage's kernels are
+// mla_decode's and mla_decode_fp8's (listed by their own entries).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "attnjit/error.hpp"
+#include "mla_decode_branch_fp8/layout.cuh"
+#include "ops/field_table.hpp"
+#include "ops/launch_support.hpp"
+#include "ops/mla_decode_branch_fp8/internal.hpp"
+#include "ops/registry.hpp"
+
+namespace attnjit {
+namespace {
+
+namespace dev = layout::mla_decode_branch_fp8;
+
+const auto& table() {
+  using namespace ops::rules;
+  static const ops::ConfigTable t{
+      "mla_decode_branch_fp8"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(MlaBranchProjConfig, __VA_ARGS__)
+#include "attnjit/ops/mla_decode_branch_fp8_config.def"
+#undef ATTNJIT_FIELD
+  };
+  return t;
+}
+
+const auto& rope_table() {
+  using namespace ops::rules;
+  static const ops::ConfigTable t{
+      "mla_branch_rope"
+#define ATTNJIT_FIELD(...) ATTNJIT_CONFIG_ROW(ops::MlaBranchRopeConfig, __VA_ARGS__)
+#include "ops/mla_decode_branch_fp8/rope_config.def"
+#undef ATTNJIT_FIELD
+  };
+  return t;
+}
+
+jit::KernelRecipe proj_recipe(const MlaBranchProjConfig& c, Arch arch) {
+  ops::require_sm90a(arch, "mla_decode_branch_fp8");  // fp8 mma.sync needs sm_89+
+  return ops::table_recipe(table(), c,
+                           {"mla_decode_branch_fp8", "mla_decode_branch_fp8/project.cuh",
+                            "attnjit::mla_decode_branch_fp8::project_kernel"},
+                           arch, ops::mla_branch_proj_smem_bytes(c));
+}
+
+jit::KernelRecipe rope_recipe(const ops::MlaBranchRopeConfig& c, Arch arch) {
+  ops::require_sm90a(arch, "mla_branch_rope");  // cvt to e4m3 needs sm_89+
+  return ops::table_recipe(rope_table(), c,
+                           {"mla_branch_rope", "mla_decode_branch_fp8/rope_write.cuh",
+                            "attnjit::mla_decode_branch_fp8::rope_write_kernel"},
+                           arch, 0);
+}
+
+}  // namespace
+
+std::string_view to_string(MlaBranchCache c) {
+  return c == MlaBranchCache::kBF16 ? "bf16" : "fp8_token";
+}
+
+std::string_view to_string(MlaBranchStage s) {
+  switch (s) {
+    case MlaBranchStage::kAll: return "all";
+    case MlaBranchStage::kRope: return "rope";
+    case MlaBranchStage::kAbsorb: return "absorb";
+    case MlaBranchStage::kAttention: return "attention";
+    case MlaBranchStage::kOutput: return "output";
+  }
+  return "?";
+}
+
+void MlaBranchProjConfig::validate() const {
+  table().check_rules(*this);
+  if ((k_dim == 128) != (n_dim == 512))
+    fail_config(table().where("n_dim"),
+                fmt::format("must be 512 with k_dim 128 (absorption) or 128 with k_dim 512 (output "
+                            "projection), got k_dim {} and n_dim {}",
+                            k_dim, n_dim));
+  if (block_n > n_dim)
+    fail_config(table().where("block_n"), fmt::format("must be <= n_dim = {}", n_dim));
+}
+
+std::string MlaBranchProjConfig::to_json() const { return table().to_json(*this).dump(); }
+
+MlaBranchProjConfig MlaBranchProjConfig::from_json(std::string_view text) {
+  MlaBranchProjConfig c = table().from_json_text(text);
+  c.validate();
+  return c;
+}
+
+std::string MlaBranchProjConfig::describe() const { return table().describe(*this); }
+
+MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int num_heads) {
+  MlaBranchProjConfig c;
+  c.k_dim = k_dim == 512 ? 512 : 128;
+  c.n_dim = c.k_dim == 128 ? 512 : 128;
+  // The smallest token tile that holds the step: no idle MMA rows at decode sizes, and 64
+  // rows (one weight read per 64 tokens) from 33 tokens up.
+  c.block_m = tokens <= 16 ? 16 : tokens <= 32 ? 32 : 64;
+  // Up to 32 tokens: enough CTAs to keep every SM reading weights, h · N / block_n of them
+  // (the absorption at h 128: 512 CTAs of 16 KiB; the output projection 256 of 32 KiB).
+  // From 33 tokens the activations dominate and each of a head's N / block_n CTAs
+  // re-quantizes them: 128 columns (H200: K 128 at 256 tokens 28.8 µs against 36.4 µs at
+  // 64; K 512 at 64 tokens 10.8 against 14.1).
+  c.block_n = tokens > 32 || (c.n_dim == 512 && num_heads * c.n_dim / 128 >= 256) ? 128 : 64;
+  return c;
+}
+
+namespace ops {
+
+void MlaBranchRopeConfig::validate() const { rope_table().check_rules(*this); }
+
+unsigned mla_branch_proj_smem_bytes(const MlaBranchProjConfig& c) {
+  return dev::proj_smem_bytes(c.k_dim, c.block_m, c.block_n);
+}
+
+const jit::Kernel& mla_branch_proj_kernel(const MlaBranchProjConfig& c, Arch arch) {
+  return table_kernel(table(), op_id("mla_decode_branch_fp8"), c, arch, proj_recipe);
+}
+
+const jit::Kernel& mla_branch_rope_kernel(const MlaBranchRopeConfig& c, Arch arch) {
+  return table_kernel(rope_table(), op_id("mla_branch_rope"), c, arch, rope_recipe);
+}
+
+namespace {
+
+OpSpec main_spec() {
+  OpSpec op;
+  op.name = "mla_decode_branch_fp8";
+  op.id = op_id(op.name);
+  op.summary = "the MLA decode branch: fp8 block-scale Q absorption and output projection "
+               "around mla_branch_rope and the dense attention (bf16 or 640-byte fp8 cache)";
+  op.archs = {kSm90a};
+  // Not tunable yet; `attnjit bench mla_decode_branch_fp8` runs issue 22's rows.
+  op.tuning.shape_keys = "b, q_len, h, s_k, cache";
+  for (const char* cache : {"bf16", "fp8"})
+    for (int h : {128, 16})
+      for (int q_len : {1, 2})
+        for (int s_k : {4096, 32768})
+          op.tuning.bench_shapes.push_back(
+              {{"b", 128}, {"q_len", q_len}, {"h", h}, {"s_k", s_k}, {"cache", cache}});
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (int k : {128, 512})
+      for (int tokens : {16, 32, 64})
+        for (int h : {16, 128})
+          set.push_back(nlohmann::json::parse(mla_branch_proj_default_config(k, tokens, h).to_json()));
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    return set;
+  };
+  bind_config<MlaBranchProjConfig>(op, table(), proj_recipe);
+  return op;
+}
+
+OpSpec rope_spec() {
+  OpSpec op;
+  op.name = "mla_branch_rope";
+  op.id = op_id(op.name);
+  op.summary = "the MLA branch's RoPE of q and of the new KV rows, RMSNorm, and the cache "
+               "write (bf16 576, fp8 640 with σ per row, fp8 656 with block scales)";
+  op.archs = {kSm90a};
+  op.default_set = [] {
+    std::vector<nlohmann::json> set;
+    for (int layout : {0, 1, 2}) {
+      MlaBranchRopeConfig c;
+      c.cache_layout = layout;
+      set.push_back(nlohmann::json::parse(rope_table().to_json(c).dump()));
+    }
+    return set;
+  };
+  bind_config<MlaBranchRopeConfig>(op, rope_table(), rope_recipe);
+  return op;
+}
+
+}  // namespace
+
+std::vector<OpSpec> mla_decode_branch_fp8_op_specs() { return {main_spec(), rope_spec()}; }
+
+}  // namespace ops
+}  // namespace attnjit

@@ -1,0 +1,325 @@
+// mla_decode_branch_fp8's plan and launches: the workspace layout, the step's schedule
+// (lengths after the step, then the attention's schedule), and per layer the four stages —
+// rope / norm / cache write, Q absorption, attention (with the q quantizer on the fp8
+// cache), output projection — on the caller's stream.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "attnjit/error.hpp"
+#include "driver/driver.hpp"
+#include "mla_decode_branch_fp8/layout.cuh"
+#include "ops/launch_support.hpp"
+#include "ops/mla_decode_branch_fp8/internal.hpp"
+#include "ops/mla_decode_fp8/internal.hpp"
+
+namespace attnjit {
+namespace {
+
+namespace dev = layout::mla_decode_branch_fp8;
+using mla_branch_detail::Sizes;
+
+Arch current_arch() {
+  return ops::device_arch(driver::cached_device_info(driver::current_device()));
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+char* at(Workspace ws, size_t offset) { return static_cast<char*>(ws.data) + offset; }
+
+MlaDecodeShape dense_shape(const MlaDecodeBranchFp8Shape& s) {
+  MlaDecodeShape m;
+  m.dtype = DType::kBF16;
+  m.batch = s.batch;
+  m.q_len = s.max_q_len;
+  m.num_heads = s.num_heads;
+  m.page_size = s.page_size;
+  m.max_pages = s.max_pages;
+  m.ragged = true;  // the step's tokens, ragged over the batch by input_row_offsets
+  m.max_len = s.max_len;
+  return m;
+}
+
+MlaDecodeFp8Shape fp8_shape(const MlaDecodeBranchFp8Shape& s) {
+  MlaDecodeFp8Shape m;
+  m.batch = s.batch;
+  m.q_len = s.max_q_len;
+  m.num_heads = s.num_heads;
+  m.page_size = s.page_size;
+  m.max_pages = s.max_pages;
+  m.ragged = true;
+  m.max_len = s.max_len;
+  return m;
+}
+
+// The workspace's views of one call (the plan's offsets; tokens and h from the shape).
+struct Scratch {
+  TensorView lens_after;  // i32 [b]
+  TensorView q_abs;       // bf16 [tokens, h, 576]: the absorbed q
+  TensorView q8;          // u8 [tokens, h, 640] (fp8 cache)
+  TensorView q_scale;     // f32 [tokens] (fp8 cache): σ_Q per token over all heads
+  TensorView raw;         // bf16 [tokens, h, 512]: the attention's output
+  Workspace attention;
+};
+
+Scratch scratch(const MlaDecodeBranchFp8Plan& p, Workspace ws, int device) {
+  const int64_t t = p.shape.tokens, h = p.shape.num_heads;
+  Scratch s;
+  s.lens_after = TensorView::contiguous(at(ws, p.lens_offset), DType::kI32, {p.shape.batch}, device);
+  s.q_abs = TensorView::contiguous(at(ws, p.q_offset), DType::kBF16, {t, h, dev::kCacheDim}, device);
+  if (p.shape.cache == MlaBranchCache::kFp8Token) {
+    s.q8 = TensorView::contiguous(at(ws, p.q8_offset), DType::kU8, {t, h, kMlaFp8RowBytes}, device);
+    s.q_scale = TensorView::contiguous(at(ws, p.q_scale_offset), DType::kF32, {t}, device);
+  }
+  s.raw = TensorView::contiguous(at(ws, p.raw_offset), DType::kBF16, {t, h, dev::kLatentDim}, device);
+  s.attention = {at(ws, p.attention_offset), ws.bytes - p.attention_offset};
+  return s;
+}
+
+MlaDecodeArgs dense_args(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& p,
+                         const Scratch& s) {
+  MlaDecodeArgs m;
+  m.q = s.q_abs;
+  m.q_offsets = a.input_row_offsets;
+  m.max_q_len = p.shape.max_q_len;
+  m.kv_cache = a.kv_cache;
+  m.block_table = a.block_table;
+  m.cache_lens = s.lens_after;
+  m.out = s.raw;
+  m.softmax_scale = a.softmax_scale;
+  return m;
+}
+
+MlaDecodeFp8Args fp8_args(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& p,
+                          const Scratch& s) {
+  MlaDecodeFp8Args m;
+  m.q = s.q8;
+  m.q_offsets = a.input_row_offsets;
+  m.max_q_len = p.shape.max_q_len;
+  m.q_scale = s.q_scale;
+  m.kv_cache = a.kv_cache;
+  m.kv_scale = a.kv_scale;
+  m.block_table = a.block_table;
+  m.cache_lens = s.lens_after;
+  m.out = s.raw;
+  m.softmax_scale = a.softmax_scale;
+  return m;
+}
+
+// The rope kernel: per token (lens_after null), or the step's lengths only (tokens 0).
+void launch_rope(const MlaDecodeBranchFp8Args& a, const Sizes& s, MlaBranchCache cache,
+                 const TensorView& q_out, int* lens_after, bool tokens_too, CUstream stream) {
+  ops::MlaBranchRopeConfig c;
+  c.cache_layout = cache == MlaBranchCache::kBF16 ? dev::kCacheBf16 : dev::kCacheFp8Token;
+  const jit::Kernel& k = ops::mla_branch_rope_kernel(c, current_arch());
+  const int tokens = tokens_too ? static_cast<int>(s.tokens) : 0;
+  dev::RopeArgs ra{static_cast<const unsigned short*>(a.q.data),
+                   static_cast<unsigned short*>(q_out.data),
+                   static_cast<const unsigned short*>(a.kv_input.data),
+                   static_cast<const float*>(a.freqs_cis.data),
+                   static_cast<const unsigned short*>(a.kv_norm_gamma.data),
+                   static_cast<const int*>(a.input_row_offsets.data),
+                   static_cast<const int*>(a.cache_lens_before.data),
+                   lens_after,
+                   static_cast<const int*>(a.block_table.data),
+                   static_cast<unsigned char*>(a.kv_cache.data),
+                   static_cast<float*>(a.kv_scale.data),
+                   a.q.strides[0],
+                   a.q.strides[1],
+                   q_out.strides[0],
+                   q_out.strides[1],
+                   a.kv_input.strides[0],
+                   a.epsilon,
+                   static_cast<int>(s.max_pos),
+                   static_cast<int>(s.batch),
+                   tokens,
+                   static_cast<int>(s.heads),
+                   static_cast<int>(s.max_pages),
+                   static_cast<int>(s.num_pages),
+                   static_cast<int>(s.page_size),
+                   0};
+  jit::LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>(std::max(tokens, 1));
+  shape.block[0] = dev::kRopeThreads;
+  void* args[] = {&ra};
+  k.launch(shape, stream, args);
+}
+
+// One projection: a [tokens, h, ≥ K] → out [tokens, h, ≥ N] (checked by the caller).
+void launch_project(const TensorView& a, const TensorView& w, const TensorView& w_scale,
+                    const TensorView& out, const MlaBranchProjConfig& c, CUstream stream) {
+  const int64_t tokens = a.shape[0], heads = a.shape[1];
+  if (tokens == 0) return;
+  const jit::Kernel& k = ops::mla_branch_proj_kernel(c, current_arch());
+  dev::ProjArgs pa{static_cast<const unsigned short*>(a.data),
+                   static_cast<const unsigned char*>(w.data),
+                   static_cast<const float*>(w_scale.data),
+                   static_cast<unsigned short*>(out.data),
+                   a.strides[0],
+                   a.strides[1],
+                   out.strides[0],
+                   out.strides[1],
+                   static_cast<int>(tokens),
+                   static_cast<int>(heads)};
+  jit::LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>(c.n_dim / c.block_n);
+  shape.grid[1] = static_cast<unsigned>(heads);
+  shape.grid[2] = static_cast<unsigned>((tokens + c.block_m - 1) / c.block_m);
+  shape.block[0] = dev::kProjThreads;
+  shape.dynamic_smem = k.dynamic_smem_bytes();
+  void* args[] = {&pa};
+  k.launch(shape, stream, args);
+}
+
+void check_device(const TensorView& t, const char* name) {
+  const CUdevice device = driver::current_device();
+  if (t.device != static_cast<int>(device))
+    fail_arg(name, fmt::format("lives on device {} but the current device is {}", t.device,
+                               static_cast<int>(device)));
+}
+
+Sizes checked(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& plan, Workspace ws) {
+  const Sizes s = mla_branch_detail::check_args(a);
+  mla_branch_detail::check_matches_plan(s, plan);
+  ops::check_workspace(ws, plan.workspace_bytes, "mla_decode_branch_fp8_plan");
+  check_device(a.q, "q");
+  return s;
+}
+
+}  // namespace
+
+MlaDecodeBranchFp8Shape mla_decode_branch_fp8_shape(const MlaDecodeBranchFp8Args& a, int max_q_len) {
+  const Sizes s = mla_branch_detail::check_args(a);
+  MlaDecodeBranchFp8Shape shape;
+  shape.cache = s.cache;
+  shape.batch = static_cast<int>(s.batch);
+  shape.tokens = static_cast<int>(s.tokens);
+  shape.max_q_len = max_q_len;
+  shape.num_heads = static_cast<int>(s.heads);
+  shape.page_size = static_cast<int>(s.page_size);
+  shape.max_pages = static_cast<int>(s.max_pages);
+  return shape;
+}
+
+MlaDecodeBranchFp8Plan mla_decode_branch_fp8_plan(const MlaDecodeBranchFp8Shape& shape,
+                                                  const MlaBranchProjConfig* absorb,
+                                                  const MlaBranchProjConfig* output) {
+  if (shape.max_q_len < 1 || shape.max_q_len > 8)
+    fail_arg("max_q_len", fmt::format("must be 1..8 (new tokens per sequence), got {}", shape.max_q_len));
+  if (shape.tokens < 0 || shape.batch < 0)
+    fail_arg("shape", fmt::format("tokens {} and batch {} must be >= 0", shape.tokens, shape.batch));
+  MlaDecodeBranchFp8Plan p;
+  p.shape = shape;
+  p.absorb = absorb ? *absorb : mla_branch_proj_default_config(dev::kNopeDim, shape.tokens, shape.num_heads);
+  p.output = output ? *output : mla_branch_proj_default_config(dev::kLatentDim, shape.tokens, shape.num_heads);
+  p.absorb.validate();
+  p.output.validate();
+  if (p.absorb.k_dim != dev::kNopeDim)
+    fail_config("absorb.k_dim", fmt::format("the absorption reduces q_nope's 128 columns, got {}", p.absorb.k_dim));
+  if (p.output.k_dim != dev::kLatentDim)
+    fail_config("output.k_dim", fmt::format("the output projection reduces the 512 latent columns, got {}",
+                                            p.output.k_dim));
+  const bool fp8 = shape.cache == MlaBranchCache::kFp8Token;
+  if (fp8) {
+    p.attention_fp8 = mla_decode_fp8_plan(fp8_shape(shape));
+  } else {
+    p.attention = mla_decode_plan(dense_shape(shape));
+  }
+  const size_t t = static_cast<size_t>(shape.tokens), h = static_cast<size_t>(shape.num_heads);
+  size_t off = 0;
+  p.lens_offset = off;
+  off += align256(static_cast<size_t>(shape.batch) * 4);
+  p.q_offset = off;
+  off += align256(t * h * dev::kCacheDim * 2);
+  if (fp8) {
+    p.q8_offset = off;
+    off += align256(t * h * kMlaFp8RowBytes);
+    p.q_scale_offset = off;
+    off += align256(t * 4);
+  }
+  p.raw_offset = off;
+  off += align256(t * h * dev::kLatentDim * 2);
+  p.attention_offset = off;
+  off += fp8 ? p.attention_fp8.workspace_bytes : p.attention.workspace_bytes;
+  p.workspace_bytes = off;
+
+  const Arch arch = current_arch();
+  ops::mla_branch_proj_kernel(p.absorb, arch).prepare_current_device();
+  ops::mla_branch_proj_kernel(p.output, arch).prepare_current_device();
+  ops::MlaBranchRopeConfig rc;
+  rc.cache_layout = fp8 ? dev::kCacheFp8Token : dev::kCacheBf16;
+  ops::mla_branch_rope_kernel(rc, arch).prepare_current_device();
+  if (fp8) ops::mla_fp8_quantize_kernel({}, arch).prepare_current_device();
+  return p;
+}
+
+void mla_decode_branch_fp8_schedule(const MlaDecodeBranchFp8Plan& plan, const MlaDecodeBranchFp8Args& a,
+                                    Workspace workspace, CUstream stream) {
+  const Sizes s = checked(a, plan, workspace);
+  if (s.batch == 0) return;
+  const Scratch w = scratch(plan, workspace, a.q.device);
+  launch_rope(a, s, s.cache, w.q_abs, static_cast<int*>(w.lens_after.data), /*tokens_too=*/false, stream);
+  if (s.cache == MlaBranchCache::kFp8Token)
+    mla_decode_fp8_schedule(plan.attention_fp8, fp8_args(a, plan, w), w.attention, stream);
+  else
+    mla_decode_schedule(plan.attention, dense_args(a, plan, w), w.attention, stream);
+}
+
+void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& plan,
+                                 Workspace workspace, CUstream stream, MlaBranchStage stage) {
+  const Sizes s = checked(a, plan, workspace);
+  if (s.batch == 0 || s.tokens == 0) return;
+  const Scratch w = scratch(plan, workspace, a.q.device);
+  const bool all = stage == MlaBranchStage::kAll;
+  if (all || stage == MlaBranchStage::kRope)
+    launch_rope(a, s, s.cache, w.q_abs, nullptr, /*tokens_too=*/true, stream);
+  if (all || stage == MlaBranchStage::kAbsorb)
+    launch_project(a.q, a.w_uk, a.w_uk_scale, w.q_abs, plan.absorb, stream);
+  if (all || stage == MlaBranchStage::kAttention) {
+    if (s.cache == MlaBranchCache::kFp8Token) {
+      MlaFp8QuantizeArgs qa;
+      qa.in = TensorView::contiguous(w.q_abs.data, DType::kBF16, {s.tokens * s.heads, dev::kCacheDim},
+                                     a.q.device);
+      qa.rows_per_group = static_cast<int>(s.heads);
+      qa.group = MlaFp8Group::kToken;
+      qa.out = TensorView::contiguous(w.q8.data, DType::kU8, {s.tokens * s.heads, kMlaFp8RowBytes},
+                                      a.q.device);
+      qa.scale = w.q_scale;
+      mla_fp8_quantize(qa, stream);
+      mla_decode_fp8(fp8_args(a, plan, w), plan.attention_fp8, w.attention, stream);
+    } else {
+      mla_decode(dense_args(a, plan, w), plan.attention, w.attention, stream);
+    }
+  }
+  if (all || stage == MlaBranchStage::kOutput)
+    launch_project(w.raw, a.w_uv, a.w_uv_scale, a.out, plan.output, stream);
+}
+
+void mla_decode_branch_fp8(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& plan,
+                           Workspace workspace, CUstream stream) {
+  mla_decode_branch_fp8_stage(a, plan, workspace, stream, MlaBranchStage::kAll);
+}
+
+void mla_decode_branch_fp8(const MlaDecodeBranchFp8Args& a, int max_q_len, CUstream stream) {
+  const MlaDecodeBranchFp8Shape shape = mla_decode_branch_fp8_shape(a, max_q_len);
+  const MlaDecodeBranchFp8Plan plan = mla_decode_branch_fp8_plan(shape);
+  const ops::StreamWorkspace workspace(plan.workspace_bytes, stream);
+  mla_decode_branch_fp8_schedule(plan, a, workspace.get(), stream);
+  mla_decode_branch_fp8(a, plan, workspace.get(), stream);
+}
+
+void mla_branch_project(const TensorView& a, const TensorView& w, const TensorView& w_scale,
+                        const TensorView& out, const MlaBranchProjConfig& config, CUstream stream) {
+  config.validate();
+  if (a.rank != 3)
+    fail_arg("a", fmt::format("must be rank 3 [tokens, h, >= {}] bf16, got {}", config.k_dim, a.describe()));
+  const int64_t tokens = a.shape[0], heads = a.shape[1];
+  mla_branch_detail::check_rows(a, "a", tokens, heads, config.k_dim);
+  mla_branch_detail::check_weight(w, "w", w_scale, "w_scale", heads, config.n_dim, config.k_dim);
+  mla_branch_detail::check_rows(out, "out", tokens, heads, config.n_dim);
+  if (tokens * heads > INT32_MAX) fail_arg("a", "more than 2^31 rows");
+  check_device(a, "a");
+  launch_project(a, w, w_scale, out, config, stream);
+}
+
+}  // namespace attnjit
