@@ -30,6 +30,8 @@ tests=(
   "mla_prefill_sparse checked mode names the first bad index or length"
   "mla_prefill_sparse: every length 0 gives out 0, lse and max logit -inf"
   "mla_prefill_sparse's softmax_wg schedule matches float64"
+  "mla_decode_branch_fp8's rope stage: q bit for bit, hostile positions write nothing"
+  "mla_decode_branch_fp8 replays from a CUDA graph with new activations"
   "mha_fwd unchecked: hostile lengths, table entries and offsets stay in bounds"
   "mla_decode_fp8's three-tensor form equals the 640-byte form bit for bit"
   "mla_decode_fp8 replays from a CUDA graph with new lengths and values"
