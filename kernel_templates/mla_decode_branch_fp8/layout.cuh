@@ -43,8 +43,15 @@ struct ProjArgs {
   long long out_head_stride;
   int tokens;
   int heads;
+  // Programmatic dependent launch: the kernel may start while the previous one in the
+  // stream runs, and always waits for it (griddepcontrol.wait) before it exits. It copies
+  // W before waiting; A too when a_ready (A does not come from the previous kernel: the
+  // absorption's q, while the rope kernel runs), else A after the wait (the attention's
+  // output).
+  int a_ready;
+  int pad;
 };
-static_assert(sizeof(ProjArgs) == 72, "ProjArgs: the block cuLaunchKernelEx passes");
+static_assert(sizeof(ProjArgs) == 80, "ProjArgs: the block cuLaunchKernelEx passes");
 
 inline constexpr int kProjThreads = 128;  // four warps, each owning block_n / 4 columns
 

@@ -7,6 +7,7 @@
 // into the A8 tile and σ_A while W streams, (4) MMAs from ldmatrix fragments, a partial sum
 // per k group scaled into the accumulators, (5) bf16 rows out through shared memory.
 #include "common/arch.cuh"
+#include "common/fence.cuh"
 #include "common/numeric.cuh"
 #include "common/smem.cuh"
 #include "common/types.cuh"
@@ -207,9 +208,10 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
   if (m0 >= a.tokens) return;  // uniform: a grid larger than ⌈tokens / block_m⌉
 
   // 1. Activations before W: behind every CTA's weight requests (8 MB at h = 128) they would
-  // arrive last, and their quantization would not overlap the W stream.
+  // arrive last, and their quantization would not overlap the W stream. Activations the
+  // previous kernel writes (a_ready 0) wait for it: then W goes first, under that wait.
   ActTile<P> act;
-  act.load(a, m0);
+  if (a.a_ready) act.load(a, m0);
 
   // 2. W [block_n][K]: each warp copies the block_n / 4 rows it multiplies by (contiguous in
   // global) in address order, and waits for them alone. (In K / 128 strided passes, one per k
@@ -228,6 +230,10 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
       a.w_scale + (static_cast<i64>(h) * (P.n_dim / kScaleBlock) + n0 / kScaleBlock) * kGroups;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) sigma_w[g] = __ldg(ws + g);
+  // The previous kernel's writes are visible past this point, and it has finished: a kernel
+  // launched after this one in the stream may rely on both (layout.cuh, ProjArgs).
+  pdl_wait_prior_grids();
+  if (!a.a_ready) act.load(a, m0);
 
   // 3. A8 and σ_A, while W streams in.
   act.quantize(s0 + L::kA, s0 + L::kSigma);

@@ -11,6 +11,7 @@
 //   the 640-byte row: mla_decode_fp8's quantizer (quantize.cuh) applied to the bf16 row;
 //   the 656-byte row: mla_decode_sparse's (helpers.cuh) applied to the bf16 row.
 #include "common/arch.cuh"
+#include "common/fence.cuh"
 #include "common/numeric.cuh"
 #include "common/types.cuh"
 #include "mla_decode_branch_fp8/layout.cuh"
@@ -109,6 +110,9 @@ __global__ void __launch_bounds__(kRopeThreads) rope_write_kernel(const RopeArgs
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = lane_id(), warp = warp_id();
   const int t = static_cast<int>(blockIdx.x);
+  // The absorption (launched with PDL) reads nothing this kernel writes until its own
+  // griddepcontrol.wait: it may start copying weights and quantizing q now.
+  pdl_launch_dependents();
 
   // The step's schedule launches this with lengths (and no tokens); the layers without.
   // Wrapping arithmetic: garbage lengths must not be undefined behaviour.

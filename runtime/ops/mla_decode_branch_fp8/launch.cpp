@@ -146,8 +146,9 @@ void launch_rope(const MlaDecodeBranchFp8Args& a, const Sizes& s, MlaBranchCache
 }
 
 // One projection: a [tokens, h, ≥ K] → out [tokens, h, ≥ N] (checked by the caller).
+// a_ready: a does not come from the kernel before this one in the stream (ProjArgs).
 void launch_project(const TensorView& a, const TensorView& w, const TensorView& w_scale,
-                    const TensorView& out, const MlaBranchProjConfig& c, CUstream stream) {
+                    const TensorView& out, const MlaBranchProjConfig& c, bool a_ready, CUstream stream) {
   const int64_t tokens = a.shape[0], heads = a.shape[1];
   if (tokens == 0) return;
   const jit::Kernel& k = ops::mla_branch_proj_kernel(c, current_arch());
@@ -160,8 +161,12 @@ void launch_project(const TensorView& a, const TensorView& w, const TensorView& 
                    out.strides[0],
                    out.strides[1],
                    static_cast<int>(tokens),
-                   static_cast<int>(heads)};
+                   static_cast<int>(heads),
+                   a_ready ? 1 : 0,
+                   0};
   jit::LaunchShape shape;
+  // Its weight copies (and, a_ready, its activations) overlap the previous kernel's tail.
+  shape.programmatic_dependent_launch = true;
   shape.grid[0] = static_cast<unsigned>(c.n_dim / c.block_n);
   shape.grid[1] = static_cast<unsigned>(heads);
   shape.grid[2] = static_cast<unsigned>((tokens + c.block_m - 1) / c.block_m);
@@ -274,7 +279,7 @@ void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& a, const MlaDecod
   if (all || stage == MlaBranchStage::kRope)
     launch_rope(a, s, s.cache, w.q_abs, nullptr, /*tokens_too=*/true, stream);
   if (all || stage == MlaBranchStage::kAbsorb)
-    launch_project(a.q, a.w_uk, a.w_uk_scale, w.q_abs, plan.absorb, stream);
+    launch_project(a.q, a.w_uk, a.w_uk_scale, w.q_abs, plan.absorb, /*a_ready=*/true, stream);
   if (all || stage == MlaBranchStage::kAttention) {
     if (s.cache == MlaBranchCache::kFp8Token) {
       MlaFp8QuantizeArgs qa;
@@ -292,7 +297,7 @@ void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& a, const MlaDecod
     }
   }
   if (all || stage == MlaBranchStage::kOutput)
-    launch_project(w.raw, a.w_uv, a.w_uv_scale, a.out, plan.output, stream);
+    launch_project(w.raw, a.w_uv, a.w_uv_scale, a.out, plan.output, /*a_ready=*/false, stream);
 }
 
 void mla_decode_branch_fp8(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& plan,
@@ -319,7 +324,7 @@ void mla_branch_project(const TensorView& a, const TensorView& w, const TensorVi
   mla_branch_detail::check_rows(out, "out", tokens, heads, config.n_dim);
   if (tokens * heads > INT32_MAX) fail_arg("a", "more than 2^31 rows");
   check_device(a, "a");
-  launch_project(a, w, w_scale, out, config, stream);
+  launch_project(a, w, w_scale, out, config, /*a_ready=*/false, stream);
 }
 
 }  // namespace attnjit
