@@ -249,7 +249,9 @@ class BranchProblem final : public Problem {
     return a;
   }
 
-  // overrides: {"absorb": {...}, "output": {...}} laid over the built-in projection configs.
+  // overrides: {"absorb": {...}, "output": {...}} laid over the built-in projection configs;
+  // "attention" (as a Prepared's config names it) must be the config the attention plan
+  // picks: the branch plans its attention itself.
   Prepared prepare(const json* overrides) override {
     MlaDecodeBranchFp8Shape shape = mla_decode_branch_fp8_shape(args(0), c_.q_len);
     shape.max_len = c_.s_k;
@@ -258,8 +260,9 @@ class BranchProblem final : public Problem {
     const json heuristic = {{"absorb", json::parse(absorb.to_json())}, {"output", json::parse(output.to_json())}};
     if (overrides) {
       for (const auto& item : overrides->items())
-        if (item.key() != "absorb" && item.key() != "output")
-          fail_arg(fmt::format("--config key '{}'", item.key()), "must be \"absorb\" or \"output\" (a projection config)");
+        if (item.key() != "absorb" && item.key() != "output" && item.key() != "attention")
+          fail_arg(fmt::format("--config key '{}'", item.key()),
+                   "must be \"absorb\" or \"output\" (a projection config), or \"attention\"");
       json runtime;
       if (overrides->contains("absorb"))
         absorb = MlaBranchProjConfig::from_json(merge_config(heuristic["absorb"], (*overrides)["absorb"], {}, runtime).dump());
@@ -275,6 +278,11 @@ class BranchProblem final : public Problem {
                 {"output", json::parse(plan->output.to_json())},
                 {"attention", json::parse(c_.fp8 ? plan->attention_fp8.config.to_json()
                                                  : plan->attention.config.to_json())}};
+    if (overrides && overrides->contains("attention") && (*overrides)["attention"] != p.config["attention"])
+      fail_arg("--config key 'attention'",
+               fmt::format("must be the config the attention plan picks, {}: the branch plans its "
+                           "attention itself, got {}",
+                           p.config["attention"].dump(), (*overrides)["attention"].dump()));
     p.config_source = overrides ? "given" : "heuristic";
     // A stage alone reads what the stages before it left in the workspace: the whole
     // branch runs once first, and check() runs it again before judging.
