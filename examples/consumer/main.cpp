@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
     report("mla_decode_fp8", fp8_config.describe(),
            attnjit::precompile("mla_decode_fp8", fp8_config.to_json(), arch, cache_dir));
 
+    // mla_decode_branch_fp8: the branch's fp8 Q absorption for a step of 64 tokens, 128 heads.
+    const attnjit::MlaBranchProjConfig branch_config = attnjit::mla_branch_proj_default_config(128, 64, 128);
+    report("mla_decode_branch_fp8", branch_config.describe(),
+           attnjit::precompile("mla_decode_branch_fp8", branch_config.to_json(), arch, cache_dir));
+
     // mha_fwd: causal prefill, head dim 128, 4k tokens per sequence, GQA 32/8.
     attnjit::MhaFwdShape mha;
     mha.features.mask = attnjit::MaskKind::kCausal;
