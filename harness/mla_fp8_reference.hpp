@@ -22,7 +22,13 @@ namespace attnjit::harness {
 //   values (row limit 2^-4·4 = 0.25), and uniform rounding gives an rms of 2^-4/√3 ≈ 0.036
 //   (rel_l2 4e-2). Q·Kᵀ's 17 k-steps each round to the fp8 accumulator's ~13 mantissa bits
 //   before their f32 sum: √17·2^-13 ≈ 5e-4 of |score| (lse 1e-3 + 5e-4·m).
-MlaCompareLimits mla_fp8_limits(const MlaReference& ref, bool fp8_mma);
+// Which kernel's error model: the widening kernels (exact inputs, bf16 P′ = p·σ: schedule 0
+// with fp8_mma 0, and the seesaw, schedule 1) or the fp8 wgmma kernel (fp8_mma 1: e4m3 P′).
+enum class Fp8Kernel { kWidening, kFp8Mma, kSeesaw };
+MlaCompareLimits mla_fp8_limits(const MlaReference& ref, Fp8Kernel kernel);
+inline MlaCompareLimits mla_fp8_limits(const MlaReference& ref, bool fp8_mma) {
+  return mla_fp8_limits(ref, fp8_mma ? Fp8Kernel::kFp8Mma : Fp8Kernel::kWidening);
+}
 
 // Rows of 640 bytes (512 e4m3, 64 bf16) or 576 (all e4m3, the per-tensor form) → rows ×
 // 576 floats, row r scaled by sigma[r / rows_per_sigma] (q per token: h; per token and

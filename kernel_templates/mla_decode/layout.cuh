@@ -71,11 +71,12 @@ ATTNJIT_PLAN unsigned smem_bytes(int elem_bytes, int block_m, int block_n, int s
   const int q_tile = block_m * kHeadDim * elem_bytes;   // 72 KiB
   const int kv_tile = block_n * kHeadDim * elem_bytes;  // 72 KiB at 64 keys
   const int p_tile = block_m * block_n * elem_bytes;    // 8 KiB at 64 keys
-  // seesaw: row_max, scale_even, scale_odd, 2 × row_sum; q_full + one per chunk of each
-  // buffer. softmax_wg: row max, sum and scale; q_full + one per stage.
-  const int stats = (seesaw ? 5 : 3) * block_m * 4;
+  // seesaw: row_max, scale_even, scale_odd, 2 × row_sum, a widening feed's σ_KV per
+  // buffer; q_full + one per chunk of each buffer, the feed's kv_staged (per buffer half) and
+  // q_staged. softmax_wg: row max, sum and scale; q_full + one per stage.
+  const int stats = seesaw ? 5 * block_m * 4 + stages * block_n * 4 : 3 * block_m * 4;
   const int chunks = kHeadDim * elem_bytes / 128;
-  const int barriers = (seesaw ? 1 + chunks * stages : 1 + stages) * 8;
+  const int barriers = (seesaw ? 1 + chunks * stages + 2 * stages + 1 : 1 + stages) * 8;
   const int body = q_tile + kv_tile * stages + p_tile + stats + barriers;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }

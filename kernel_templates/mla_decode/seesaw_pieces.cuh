@@ -80,11 +80,16 @@ struct SharedStorage {
   float row_max[P.block_m];               // running m (log2 units) after the latest tile
   float scale_even[P.block_m];            // exp2(m_before - m_even) of the current pair
   float scale_odd[P.block_m];             // exp2(m_even - m_odd) of the current pair
-  float row_sum[2][P.block_m];            // each warpgroup's l at the end
+  float row_sum[2][P.block_m];            // each warpgroup's l at the end (a widening feed
+                                          // keeps its rows' score factors in [0] until then)
+  float kv_sigma[2][P.block_n];           // a widening feed's σ_KV of buffer b's keys
   MBarrier q_full;
   // Chunk c of buffer b landed. One barrier per chunk so that S starts on the first chunk
   // while the rest are in flight (WG0 refills chunks 0..3, WG1 chunks 4..8).
   MBarrier kv_full[2][Traits<P>::kChunks];
+  // A widening feed's fp8 boxes landed: half h of buffer b (0: chunks 0..3, 1: 4..8), Q.
+  MBarrier kv_staged[2][2];
+  MBarrier q_staged;
 };
 
 template <auto P>
@@ -110,6 +115,8 @@ struct Offsets {
   static constexpr u32 kRowMax = kPEven + T::kPBytes;
   static constexpr u32 kScaleEven = kRowMax + 4 * P.block_m;
   static constexpr u32 kScaleOdd = kScaleEven + 4 * P.block_m;
+  static constexpr u32 kRowSum = kScaleOdd + 4 * P.block_m;
+  static constexpr u32 kSigma = kRowSum + 8 * P.block_m;
 };
 
 template <auto P>
@@ -120,7 +127,8 @@ ATTNJIT_DEVICE bool layout_ok(const SharedStorage<P>& s) {
          smem_u32(s.kv[1]) - base == O::kKv1 && smem_u32(s.p_even) - base == O::kPEven &&
          smem_u32(s.row_max) - base == O::kRowMax &&
          smem_u32(s.scale_even) - base == O::kScaleEven &&
-         smem_u32(s.scale_odd) - base == O::kScaleOdd;
+         smem_u32(s.scale_odd) - base == O::kScaleOdd && smem_u32(s.row_sum) - base == O::kRowSum &&
+         smem_u32(s.kv_sigma) - base == O::kSigma;
 }
 
 template <auto P>
@@ -181,6 +189,39 @@ ATTNJIT_DEVICE void load_kv_hi(SharedStorage<P>& s, const TmaDesc& kv_map, const
   using T = Traits<P>;
   load_kv_part<P, T::kLoChunks, T::kChunks>(s, kv_map, a, batch, tile, buf);
 }
+
+// ---- who fills the buffers ----------------------------------------------------------------
+// The roles say when Q and each half of a KV buffer may be (re)filled, and the feed issues
+// the loads; it also owns the score scales. TmaFeed (mla_decode): bf16 / f16 boxes straight
+// into the tiles, one softmax scale. mla_decode_fp8's widening feed (its seesaw kernel) stages
+// fp8 boxes that a producer warpgroup widens, with a factor per row (σ_Q) and per key (σ_KV).
+struct TmaFeed {
+  template <auto P>
+  ATTNJIT_DEVICE void piece_start(SharedStorage<P>& s, const TmaDesc& q_map, const TmaDesc& kv_map,
+                                  const Args& a, const Tile& t) const {
+    load_q<P>(s, q_map, a, t);
+    load_kv_lo<P>(s, kv_map, a, t.batch, t.tile_begin, 0);
+    load_kv_hi<P>(s, kv_map, a, t.batch, t.tile_begin, 0);
+    if (t.tile_begin + 1 < t.tile_end) {
+      load_kv_hi<P>(s, kv_map, a, t.batch, t.tile_begin + 1, 1);
+      load_kv_lo<P>(s, kv_map, a, t.batch, t.tile_begin + 1, 1);
+    }
+  }
+  template <auto P, int kHalf>
+  ATTNJIT_DEVICE void refill(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a, int batch,
+                             int tile, int buf) const {
+    if constexpr (kHalf == 0)
+      load_kv_lo<P>(s, kv_map, a, batch, tile, buf);
+    else
+      load_kv_hi<P>(s, kv_map, a, batch, tile, buf);
+  }
+  // Raw score of row `row` → log2 units: softmax_scale · log2 e.
+  template <auto P>
+  ATTNJIT_DEVICE float row_factor(u32, const Args& a, int) const { return a.scale_log2; }
+  // Per-key factors of buffer `buf`'s tile on S (and on P before P·V): none.
+  template <auto P>
+  ATTNJIT_DEVICE void scale_keys(float (&)[Traits<P>::kSAcc], u32, int) const {}
+};
 
 // ---- GEMMs ------------------------------------------------------------------------------
 
@@ -269,11 +310,11 @@ ATTNJIT_DEVICE void mask_and_max(float (&sc)[Traits<P>::kSAcc], bool masked, int
 }
 
 // Raw scores → P = exp2(s·c − m) in place (one FFMA + one MUFU each; max taken on raw
-// scores, c = scale·log2 e > 0); returns this thread's part of the row sums. A row whose
-// m is still -inf has seen no key: its p are exp2(−inf) = 0.
+// scores, c = the row's factor ≥ 0: scale·log2 e, times σ_Q for fp8); returns this thread's
+// part of the row sums. A row whose m is still -inf has seen no key: its p are exp2(−inf) = 0.
 template <auto P>
 ATTNJIT_DEVICE void exponentiate(float (&sc)[Traits<P>::kSAcc], const float (&m)[2],
-                                 float scale_log2, float (&sum)[2]) {
+                                 const float (&scale_log2)[2], float (&sum)[2]) {
   float neg_m[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -283,7 +324,7 @@ ATTNJIT_DEVICE void exponentiate(float (&sc)[Traits<P>::kSAcc], const float (&m)
 #pragma unroll
   for (int i = 0; i < Traits<P>::kSAcc; ++i) {
     const int r = (i / 2) % 2;
-    const float p = exp2_ftz(fmaf(sc[i], scale_log2, neg_m[r]));
+    const float p = exp2_ftz(fmaf(sc[i], scale_log2[r], neg_m[r]));
     sc[i] = p;
     sum[r] += p;
   }

@@ -52,10 +52,10 @@ ATTNJIT_DEVICE void tile_row_max(float (&sc)[Traits<P>::kSAcc], const Walk& w, i
 // ---- the two roles ----------------------------------------------------------------------
 
 // WG0: even tiles' S and softmax, O[:, 0:256). On entry S of the first even tile is done.
-template <auto P>
+template <auto P, class Feed>
 ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
-                              const Walk& w, float (&o)[Traits<P>::kAcc], float (&l)[2],
-                              const u32 (&q_rope)[4][4]) {
+                              const Feed& feed, const Walk& w, float (&o)[Traits<P>::kAcc],
+                              float (&l)[2], const u32 (&q_rope)[4][4]) {
   using T = Traits<P>;
   using O = Offsets<P>;
   const int tid = thread_in_warpgroup();
@@ -87,11 +87,14 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
 
     // 1. Softmax of the even tile against the running max; O scaled to the new max.
     float tile_max[2], m_new[2], scale[2], sum[2];
+    feed.template scale_keys<P>(sc, w.base, 0);
     tile_row_max<P>(sc, w, even, tile_max);
+    const float c[2] = {feed.template row_factor<P>(w.base, a, row[0]),
+                        feed.template row_factor<P>(w.base, a, row[1])};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float m_old = ld_shared_f32(w.base + O::kRowMax + 4 * row[r]);
-      m_new[r] = fmaxf(m_old, tile_max[r] * a.scale_log2);
+      m_new[r] = fmaxf(m_old, tile_max[r] * c[r]);
       scale[r] = rescale_factor(m_old, m_new[r]);
     }
     __syncwarp();  // the 4 lanes of a row have read row_max before one of them writes it
@@ -103,12 +106,14 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
       }
     }
     named_barrier_arrive(Bar::kEvenMax, kBothWarpgroups);
-    exponentiate<P>(sc, m_new, a.scale_log2, sum);
+    exponentiate<P>(sc, m_new, c, sum);
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * scale[r] + sum[r];
     scale_rows<P>(o, scale);
 
-    // 2. O += P_even · V_even[:, 0:256) from registers.
+    // 2. O += P_even · V_even[:, 0:256) from registers (P_even carries the key factors from
+    //    here on, into WG1's half too).
+    feed.template scale_keys<P>(sc, w.base, 0);
     to_a_fragments<P>(sc, pf);
     if (len - key0 < P.block_n) zero_v_rows<P>(w.base + O::kKv0, len - key0, 0);
     wgmma_fence();
@@ -127,7 +132,8 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
       scale_odd[0] = ld_shared_f32(w.base + O::kScaleOdd + 4 * row[0]);
       scale_odd[1] = ld_shared_f32(w.base + O::kScaleOdd + 4 * row[1]);
     }
-    if (tid == 0 && even + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, w.tile.batch, even + 2, 0);
+    if (tid == 0 && even + 2 < tile_end)
+      feed.template refill<P, 0>(s, kv_map, a, w.tile.batch, even + 2, 0);
     store_p<P>(sc, scale_odd, w.base + O::kPEven);
     named_barrier_arrive(Bar::kPEvenReady, kBothWarpgroups);
     if (!has_odd) break;
@@ -148,7 +154,8 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
     if (even + 2 < tile_end) {
       const u32 phase = s_even(pair + 1);
       wgmma_wait<1>();
-      if (tid == 0 && odd + 2 < tile_end) load_kv_lo<P>(s, kv_map, a, w.tile.batch, odd + 2, 1);
+      if (tid == 0 && odd + 2 < tile_end)
+        feed.template refill<P, 0>(s, kv_map, a, w.tile.batch, odd + 2, 1);
       issue_qk<P, T::kLoChunks, T::kChunks, false>(sc, w.base + O::kQ, w.base + O::kKv0, q_rope,
                                                    s.kv_full[0], phase);
       wgmma_commit();
@@ -160,10 +167,10 @@ ATTNJIT_DEVICE void even_role(SharedStorage<P>& s, const TmaDesc& kv_map, const 
 }
 
 // WG1: odd tiles' S and softmax, O[:, 256:512). On entry S of the first odd tile is done.
-template <auto P>
+template <auto P, class Feed>
 ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const Args& a,
-                             const Walk& w, float (&o)[Traits<P>::kAcc], float (&l)[2],
-                             const u32 (&q_rope)[4][4]) {
+                             const Feed& feed, const Walk& w, float (&o)[Traits<P>::kAcc],
+                             float (&l)[2], const u32 (&q_rope)[4][4]) {
   using T = Traits<P>;
   using O = Offsets<P>;
   const int tid = thread_in_warpgroup();
@@ -197,11 +204,14 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
                                  ld_shared_f32(w.base + O::kScaleEven + 4 * row[1])};
     if (has_odd) {
       float tile_max[2], m_new[2], scale_odd[2], sum[2];
+      feed.template scale_keys<P>(sc, w.base, 1);
       tile_row_max<P>(sc, w, odd, tile_max);
+      const float c[2] = {feed.template row_factor<P>(w.base, a, row[0]),
+                        feed.template row_factor<P>(w.base, a, row[1])};
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float m_even = ld_shared_f32(w.base + O::kRowMax + 4 * row[r]);
-        m_new[r] = fmaxf(m_even, tile_max[r] * a.scale_log2);
+        m_new[r] = fmaxf(m_even, tile_max[r] * c[r]);
         scale_odd[r] = rescale_factor(m_even, m_new[r]);
         scale[r] = scale_even[r] * scale_odd[r];
       }
@@ -214,7 +224,7 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
         }
       }
       named_barrier_arrive(Bar::kOddMax, kBothWarpgroups);
-      exponentiate<P>(sc, m_new, a.scale_log2, sum);
+      exponentiate<P>(sc, m_new, c, sum);
 #pragma unroll
       for (int r = 0; r < 2; ++r) l[r] = l[r] * scale[r] + sum[r];
     } else {
@@ -230,6 +240,7 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
     // 2. P_odd to smem (for WG0) and O += P_odd · V_odd[:, 256:512) from registers.
     if (has_odd) {
       const float one[2] = {1.0f, 1.0f};
+      feed.template scale_keys<P>(sc, w.base, 1);
       to_a_fragments<P>(sc, pf);
       store_p<P>(sc, one, w.base + O::kPOdd);
       named_barrier_arrive(Bar::kPOddReady, kBothWarpgroups);
@@ -249,11 +260,13 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
     // 4. Refill the hi halves as their P·V retire: odd buffer first, then even.
     if (has_odd) {
       wgmma_wait<1>();
-      if (tid == 0 && odd + 2 < tile_end) load_kv_hi<P>(s, kv_map, a, w.tile.batch, odd + 2, 1);
+      if (tid == 0 && odd + 2 < tile_end)
+        feed.template refill<P, 1>(s, kv_map, a, w.tile.batch, odd + 2, 1);
     }
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    if (tid == 0 && even + 2 < tile_end) load_kv_hi<P>(s, kv_map, a, w.tile.batch, even + 2, 0);
+    if (tid == 0 && even + 2 < tile_end)
+      feed.template refill<P, 1>(s, kv_map, a, w.tile.batch, even + 2, 0);
 
     // 5. S of the next odd tile.
     if (odd + 2 < tile_end) s_odd(pair + 1);
@@ -267,9 +280,9 @@ ATTNJIT_DEVICE void odd_role(SharedStorage<P>& s, const TmaDesc& kv_map, const A
 // barriers' phases run on (`phases`: bit b the parity of KV buffer b's fills so far, bit 2
 // that of Q's loads). Each warpgroup runs its own copy of the loop: one loop around both
 // roles made ptxas spill 16-30 registers at the loop's merge points.
-template <auto P, int kWg>
+template <auto P, int kWg, class Feed = TmaFeed>
 ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const TmaDesc& kv_map,
-                                const Args& args, const Items items) {
+                                const Args& args, const Items items, const Feed& feed = Feed{}) {
   using T = Traits<P>;
   const int tid = thread_in_warpgroup();
   u32 phases = 0;
@@ -282,15 +295,8 @@ ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const
     // Registers are at the cap: the piece is located again for the epilogue rather than
     // kept live across the role.
     if (const Tile t = locate<P>(args, item); t.tile_begin < t.tile_end) {
-      if (kWg == 0 && tid == 0) {  // Q and both buffers of the first pair
-        load_q<P>(s, q_map, args, t);
-        load_kv_lo<P>(s, kv_map, args, t.batch, t.tile_begin, 0);
-        load_kv_hi<P>(s, kv_map, args, t.batch, t.tile_begin, 0);
-        if (t.tile_begin + 1 < t.tile_end) {
-          load_kv_hi<P>(s, kv_map, args, t.batch, t.tile_begin + 1, 1);
-          load_kv_lo<P>(s, kv_map, args, t.batch, t.tile_begin + 1, 1);
-        }
-      }
+      if (kWg == 0 && tid == 0)  // Q and both buffers of the first pair
+        feed.template piece_start<P>(s, q_map, kv_map, args, t);
       Walk w;
       w.tile = t;
       w.min_limit = cta_min_limit<P>(t);
@@ -314,9 +320,9 @@ ATTNJIT_DEVICE void walk_pieces(SharedStorage<P>& s, const TmaDesc& q_map, const
       named_barrier_sync_unaligned(Bar::kPiece, kBothWarpgroups);  // also publishes row_max's reset
 
       if constexpr (kWg == 0)
-        even_role<P>(s, kv_map, args, w, o, l, q_rope);
+        even_role<P, Feed>(s, kv_map, args, feed, w, o, l, q_rope);
       else
-        odd_role<P>(s, kv_map, args, w, o, l, q_rope);
+        odd_role<P, Feed>(s, kv_map, args, feed, w, o, l, q_rope);
     } else {
       named_barrier_sync_unaligned(Bar::kPiece, kBothWarpgroups);  // row_max's reset
     }

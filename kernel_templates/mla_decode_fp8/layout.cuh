@@ -38,6 +38,11 @@ struct Args {
   int pad;
 };
 
+// Which σ_Q a query row (token, head) reads: per token, per token and head, or the one.
+ATTNJIT_PLAN long long q_scale_index(int mode, long long token, int head, int num_heads) {
+  return mode == kQScalePerHead ? token * num_heads + head : mode == kQScalePerTensor ? 0 : token;
+}
+
 // Dynamic shared memory of the main kernel (SharedStorage<P> of each schedule
 // static_asserts against it), rounded to 1024 plus 1024 to realign the dynamic base.
 //   widening (fp8_mma 0): Q widened to bf16 (9 chunks of [64][128 B]), two bf16 K/V tiles
@@ -46,7 +51,10 @@ struct Args {
 //   fp8 (fp8_mma 1): Q content e4m3 (4 × [64][128 B]) and Q rope bf16 ([64][128 B]), the
 //     fp8 ring (the only K/V copy), P′ (e4m3 [64][32]), σ_KV per stage, the statistics and
 //     the running σ max, the mbarriers.
-ATTNJIT_PLAN unsigned smem_bytes(int block_m, int block_n, int stages, int fp8_mma = 0) {
+//   seesaw (schedule 1): mla_decode's seesaw plan at bf16 (Q, two 64-key K/V tiles, P);
+//     the fp8 boxes are staged inside the bf16 tiles they widen into (no ring).
+ATTNJIT_PLAN unsigned smem_bytes(int block_m, int block_n, int stages, int fp8_mma = 0, int schedule = 0) {
+  if (schedule == 1) return layout::mla_decode::smem_bytes(2, block_m, block_n, stages, /*seesaw=*/true);
   const int ring = stages * block_n * kRowBytes;
   const int stats = 3 * block_m * 4;
   const int barriers = (1 + stages) * 8;

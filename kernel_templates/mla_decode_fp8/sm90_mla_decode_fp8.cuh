@@ -29,6 +29,7 @@
 #include "common/wgmma.cuh"
 #include "mla_decode/common.cuh"
 #include "mla_decode/sm90_mla_decode.cuh"  // RowState
+#include "mla_decode_fp8/e4m3.cuh"
 #include "mla_decode_fp8/layout.cuh"
 
 namespace attnjit::mla_decode_fp8 {
@@ -147,23 +148,6 @@ ATTNJIT_DEVICE void load_kv(Storage& s, const TmaDesc& kv_map, const TmaDesc& ro
 
 // ---- widening (WG0) -----------------------------------------------------------------------
 
-// Two e4m3 codes (low byte first) → two bf16 in one u32, exactly (e4m3 → f16 is exact).
-ATTNJIT_DEVICE u32 e4m3x2_to_bf16x2(u32 two_codes) {
-  u32 h;
-  asm("{ .reg .b16 c; cvt.u16.u32 c, %1; cvt.rn.f16x2.e4m3x2 %0, c; }" : "=r"(h) : "r"(two_codes));
-  float lo, hi;
-  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-      : "=f"(lo), "=f"(hi)
-      : "r"(h));
-  return pack2<DType::kBF16>(lo, hi);
-}
-
-// Eight e4m3 codes → eight bf16 (one 16-byte unit of a bf16 tile).
-ATTNJIT_DEVICE uint4 widen8(uint2 c) {
-  return make_uint4(e4m3x2_to_bf16x2(c.x), e4m3x2_to_bf16x2(c.x >> 16), e4m3x2_to_bf16x2(c.y),
-                    e4m3x2_to_bf16x2(c.y >> 16));
-}
-
 // Staged rows (kRowBoxes × [kRows][128 B]) → a bf16 tile (9 × [kRows][128 B], SW128). Rows
 // >= `valid` are written as zeros without reading their bytes. One 8-byte content unit or
 // one rope unit (16 bf16 bytes, or 8 e4m3 bytes of a 576-byte row) per step; consecutive
@@ -202,9 +186,8 @@ ATTNJIT_DEVICE void row_q_factors(const Args& a, const md::Tile& t, int tid, flo
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int gr = t.row0 + wgmma_acc_coord(tid, 2 * r).row;
-    const int token = t.seq.start + gr / P.num_heads;
-    const i64 idx = a.q_scale_mode == kQScalePerHead ? static_cast<i64>(token) * P.num_heads + gr % P.num_heads
-                    : a.q_scale_mode == kQScalePerTensor ? 0 : token;
+    const i64 idx = q_scale_index(a.q_scale_mode, t.seq.start + gr / P.num_heads, gr % P.num_heads,
+                                  P.num_heads);
     c_row[r] = gr < t.seq.q_len * P.num_heads ? a.q_scale[idx] * a.base.scale_log2 : 0.0f;
   }
 }

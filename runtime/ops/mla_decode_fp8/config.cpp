@@ -42,8 +42,12 @@ jit::KernelRecipe main_recipe(const MlaDecodeFp8Config& c, Arch arch) {
   ops::require_sm90a(arch, "mla_decode_fp8");
   const ops::KernelEntry entry{
       "mla_decode_fp8",
-      c.fp8_mma ? "mla_decode_fp8/sm90_mla_decode_fp8_qgmma.cuh" : "mla_decode_fp8/sm90_mla_decode_fp8.cuh",
-      c.fp8_mma ? "attnjit::mla_decode_fp8::qgmma::kernel" : "attnjit::mla_decode_fp8::kernel"};
+      c.schedule == 1 ? "mla_decode_fp8/sm90_mla_decode_fp8_seesaw.cuh"
+      : c.fp8_mma     ? "mla_decode_fp8/sm90_mla_decode_fp8_qgmma.cuh"
+                      : "mla_decode_fp8/sm90_mla_decode_fp8.cuh",
+      c.schedule == 1 ? "attnjit::mla_decode_fp8::seesaw8::kernel"
+      : c.fp8_mma     ? "attnjit::mla_decode_fp8::qgmma::kernel"
+                      : "attnjit::mla_decode_fp8::kernel"};
   return ops::table_recipe(table(), c, entry, arch, ops::mla_fp8_smem_bytes(c));
 }
 
@@ -59,6 +63,14 @@ jit::KernelRecipe quantize_recipe(const ops::MlaFp8QuantizeConfig& c, Arch arch)
 
 void MlaDecodeFp8Config::validate() const {
   table().check_rules(*this);
+  // Each schedule is its own kernel with its own tile shape.
+  if (schedule == 1 && fp8_mma != 0)
+    fail_config(table().where("fp8_mma"), "the fp8 wgmma kernel is schedule 0's: set schedule 0, block_n 32");
+  if (schedule == 1 && (block_n != 64 || stages != 2))
+    fail_config(table().where(block_n != 64 ? "block_n" : "stages"),
+                "schedule 1 (seesaw) runs 64-key tiles in 2 buffers: block_n 64, stages 2");
+  if (schedule == 0 && block_n != 32)
+    fail_config(table().where("block_n"), "schedule 0 (softmax warpgroup) runs 32-key tiles: block_n 32");
   if (ops::mla_fp8_smem_bytes(*this) > kMaxSmemPerBlock)
     fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
                                                      ops::mla_fp8_smem_bytes(*this), kMaxSmemPerBlock));
@@ -117,7 +129,7 @@ namespace ops {
 void MlaFp8QuantizeConfig::validate() const { quantize_table().check_rules(*this); }
 
 unsigned mla_fp8_smem_bytes(const MlaDecodeFp8Config& c) {
-  return layout::mla_decode_fp8::smem_bytes(c.block_m, c.block_n, c.stages, c.fp8_mma);
+  return layout::mla_decode_fp8::smem_bytes(c.block_m, c.block_n, c.stages, c.fp8_mma, c.schedule);
 }
 
 const jit::Kernel& mla_fp8_main_kernel(const MlaDecodeFp8Config& c, Arch arch) {
