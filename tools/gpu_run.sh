@@ -68,11 +68,12 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   BENCH_TIMEOUT=400 bench mla_decode_sparse
   # mla_prefill_sparse: issue 21's rows (each checked against float64 on sampled tokens).
   BENCH_TIMEOUT=400 bench mla_prefill_sparse
-  # mla_decode_branch_fp8: issue 22's rows, the whole branch and each stage alone (each
-  # checked against the unfused float64 branch first), then the plain-PyTorch peer.
-  # issue 19's rows in every cache form: the default (widening) kernel, then the seesaw.
+  # mla_decode_fp8: issue 19's rows in every cache form, the default (widening) kernel,
+  # then the seesaw schedule.
   BENCH_TIMEOUT=400 bench mla_decode_fp8
   BENCH_TIMEOUT=400 bench mla_decode_fp8 --config '{"schedule":1,"block_n":64,"stages":2}'
+  # mla_decode_branch_fp8: issue 22's rows, the whole branch and each stage alone (each
+  # checked against the unfused float64 branch first), then the plain-PyTorch peer.
   BENCH_TIMEOUT=400 bench mla_decode_branch_fp8
   timeout -s KILL 300 python3 tools/bench_branch_torch.py >>"$OUT_DIR/bench.jsonl" 2>>"$OUT_DIR/bench.err" || { echo "bench_branch_torch.py failed"; status=1; }
   # mha_fwd: the issue's rows (each checked against the float64 reference first), then
