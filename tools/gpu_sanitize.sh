@@ -37,18 +37,12 @@ tests=(
   "mla_decode_fp8 replays from a CUDA graph with new lengths and values"
   "mla_fp8_quantize matches its host reference bit for bit (every grouping and form)"
   "mla_decode_fp8's fp8 wgmma kernel matches float64"
-)
-# Run under memcheck, initcheck and synccheck but not racecheck: kernels whose racecheck
-# reports are not triaged yet (docs/sanitizers.md says which and why), none of them a default.
-untriaged_race=(
   "mla_decode_fp8's seesaw kernel matches float64"
 )
 status=0
 : >"$out/sanitize.txt"
 for tool in memcheck initcheck synccheck racecheck; do
-  run_tests=("${tests[@]}")
-  [ "$tool" != racecheck ] && run_tests+=("${untriaged_race[@]}")
-  for t in "${run_tests[@]}"; do
+  for t in "${tests[@]}"; do
     log="$out/$tool-$(echo "$t" | tr -c 'a-zA-Z0-9' '_' | cut -c1-60).log"
     start=$(date +%s)
     # Catch2 reads a comma as "or" between test specs: escape the names' commas.

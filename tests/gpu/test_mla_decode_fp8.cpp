@@ -283,9 +283,8 @@ TEST_CASE("mla_decode_fp8's bench problem passes its check at test scale", "[gpu
 }
 
 // The fp8 wgmma kernel (config fp8_mma 1) and the seesaw (schedule 1), neither the default,
-// each against its own error model (harness::mla_fp8_limits). Separate cases: the seesaw's
-// racecheck reports are not triaged yet (docs/sanitizers.md), so tools/gpu_sanitize.sh runs
-// it under memcheck, initcheck and synccheck only.
+// each against its own error model (harness::mla_fp8_limits); tools/gpu_sanitize.sh runs
+// both cases.
 namespace {
 void check_kernel_cases(int kernel) {
   const std::vector<Fp8Case> cases = {
