@@ -64,9 +64,10 @@ void device_check(const MlaDecodeArgs& a, const MlaDecodeConfig& c, const Sizes&
 
 // ---- the split-KV machinery (launch.cpp), shared with mla_decode_fp8 --------------------
 
-// Row tiles of 64 packed rows, and the pieces the GPU runs at once (one CTA per SM).
-int64_t row_tiles(int64_t q_len, int64_t num_heads);
-int sm_slots(const MlaDecodeShape& s, int sm_count);
+// Row tiles of block_m packed rows (64; mla_decode_fp8's narrow kernel: 8..32), and the
+// pieces the GPU runs at once (one CTA per SM).
+int64_t row_tiles(int64_t q_len, int64_t num_heads, int block_m = 64);
+int sm_slots(const MlaDecodeShape& s, int sm_count, int block_m = 64);
 
 // A balanced plan's bounds (pieces, partial slots, cut sequences, CTAs) and the workspace
 // regions they size; block_n: the keys per tile the schedule counts.

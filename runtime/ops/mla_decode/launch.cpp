@@ -70,13 +70,15 @@ Arch current_arch() {
 
 namespace mla_detail {
 
-int64_t row_tiles(int64_t q_len, int64_t num_heads) { return (q_len * num_heads + 63) / 64; }
+int64_t row_tiles(int64_t q_len, int64_t num_heads, int block_m) {
+  return (q_len * num_heads + block_m - 1) / block_m;
+}
 
 // Pieces the GPU runs at once: one CTA per SM (224 KiB of shared memory each), a piece being
-// one CTA per 64-row tile of its sequence's q_len·h rows. A cut sequence has fewer than
+// one CTA per row tile of its sequence's q_len·h rows. A cut sequence has fewer than
 // 2 × slots partials, which the combine merges in shared memory (kMaxCombineParts).
-int sm_slots(const MlaDecodeShape& s, int sm_count) {
-  const int64_t slots = std::max<int64_t>(1, sm_count / row_tiles(s.q_len, s.num_heads));
+int sm_slots(const MlaDecodeShape& s, int sm_count, int block_m) {
+  const int64_t slots = std::max<int64_t>(1, sm_count / row_tiles(s.q_len, s.num_heads, block_m));
   return static_cast<int>(std::min<int64_t>(slots, dev::kMaxCombineParts / 2));
 }
 
