@@ -63,13 +63,6 @@ using Q8Tile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;
 template <auto P>
 using K8Tile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;
 
-// Two floats → two e4m3 codes (lo in the low byte), round to nearest, saturating.
-ATTNJIT_DEVICE u32 e4m3x2_rn(float lo, float hi) {
-  u32 r;
-  asm("{ .reg .b16 c; cvt.rn.satfinite.e4m3x2.f32 c, %1, %2; cvt.u32.u16 %0, c; }" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 // ---- TMA issue (thread 0) ---------------------------------------------------------------
 
 template <auto P>
