@@ -182,7 +182,8 @@ class Fp8Problem final : public Problem {
     }
     const MlaDecodeFp8Plan plan = mla_decode_fp8_plan(shape, overrides ? &given : nullptr);
     // check() judges by that kernel's error model
-    kernel_ = plan.config.schedule == 1 ? harness::Fp8Kernel::kSeesaw
+    kernel_ = plan.config.schedule == 2   ? harness::Fp8Kernel::kNarrow
+              : plan.config.schedule == 1 ? harness::Fp8Kernel::kSeesaw
               : plan.config.fp8_mma == 1 ? harness::Fp8Kernel::kFp8Mma
                                          : harness::Fp8Kernel::kWidening;
     return prepared_run<MlaDecodeFp8Plan, MlaDecodeFp8Args>(

@@ -41,7 +41,7 @@ std::vector<float> mla_fp8_dequantize(std::span<const uint8_t> data, std::span<c
 
 MlaCompareLimits mla_fp8_limits(const MlaReference& ref, Fp8Kernel kernel) {
   MlaCompareLimits limits;  // mla_decode's rel_l2 and row limits for the widening kernel
-  const bool fp8_mma = kernel == Fp8Kernel::kFp8Mma;
+  const bool fp8_mma = kernel == Fp8Kernel::kFp8Mma || kernel == Fp8Kernel::kNarrow;
   if (fp8_mma) {
     // e4m3 keeps 3 mantissa bits: P' and q's content carry relative errors up to 2^-4.
     // In a peaked row (score magnitude 30: one key holds most of the weight) the output

@@ -23,8 +23,9 @@ namespace attnjit::harness {
 //   (rel_l2 4e-2). Q·Kᵀ's 17 k-steps each round to the fp8 accumulator's ~13 mantissa bits
 //   before their f32 sum: √17·2^-13 ≈ 5e-4 of |score| (lse 1e-3 + 5e-4·m).
 // Which kernel's error model: the widening kernels (exact inputs, bf16 P′ = p·σ: schedule 0
-// with fp8_mma 0, and the seesaw, schedule 1) or the fp8 wgmma kernel (fp8_mma 1: e4m3 P′).
-enum class Fp8Kernel { kWidening, kFp8Mma, kSeesaw };
+// with fp8_mma 0, and the seesaw, schedule 1) or the fp8 wgmma kernels (e4m3 P′, Q·Kᵀ in
+// fresh fp8 accumulators: fp8_mma 1, and the narrow kernel, schedule 2).
+enum class Fp8Kernel { kWidening, kFp8Mma, kSeesaw, kNarrow };
 MlaCompareLimits mla_fp8_limits(const MlaReference& ref, Fp8Kernel kernel);
 inline MlaCompareLimits mla_fp8_limits(const MlaReference& ref, bool fp8_mma) {
   return mla_fp8_limits(ref, fp8_mma ? Fp8Kernel::kFp8Mma : Fp8Kernel::kWidening);

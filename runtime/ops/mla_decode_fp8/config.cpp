@@ -42,12 +42,14 @@ jit::KernelRecipe main_recipe(const MlaDecodeFp8Config& c, Arch arch) {
   ops::require_sm90a(arch, "mla_decode_fp8");
   const ops::KernelEntry entry{
       "mla_decode_fp8",
-      c.schedule == 1 ? "mla_decode_fp8/sm90_mla_decode_fp8_seesaw.cuh"
-      : c.fp8_mma     ? "mla_decode_fp8/sm90_mla_decode_fp8_qgmma.cuh"
-                      : "mla_decode_fp8/sm90_mla_decode_fp8.cuh",
-      c.schedule == 1 ? "attnjit::mla_decode_fp8::seesaw8::kernel"
-      : c.fp8_mma     ? "attnjit::mla_decode_fp8::qgmma::kernel"
-                      : "attnjit::mla_decode_fp8::kernel"};
+      c.schedule == 2   ? "mla_decode_fp8/sm90_mla_decode_fp8_narrow.cuh"
+      : c.schedule == 1 ? "mla_decode_fp8/sm90_mla_decode_fp8_seesaw.cuh"
+      : c.fp8_mma       ? "mla_decode_fp8/sm90_mla_decode_fp8_qgmma.cuh"
+                        : "mla_decode_fp8/sm90_mla_decode_fp8.cuh",
+      c.schedule == 2   ? "attnjit::mla_decode_fp8::narrow::kernel"
+      : c.schedule == 1 ? "attnjit::mla_decode_fp8::seesaw8::kernel"
+      : c.fp8_mma       ? "attnjit::mla_decode_fp8::qgmma::kernel"
+                        : "attnjit::mla_decode_fp8::kernel"};
   return ops::table_recipe(table(), c, entry, arch, ops::mla_fp8_smem_bytes(c));
 }
 
@@ -64,8 +66,15 @@ jit::KernelRecipe quantize_recipe(const ops::MlaFp8QuantizeConfig& c, Arch arch)
 void MlaDecodeFp8Config::validate() const {
   table().check_rules(*this);
   // Each schedule is its own kernel with its own tile shape.
-  if (schedule == 1 && fp8_mma != 0)
+  if (schedule != 0 && fp8_mma != 0)
     fail_config(table().where("fp8_mma"), "the fp8 wgmma kernel is schedule 0's: set schedule 0, block_n 32");
+  if ((schedule == 2) != (block_m < 64))
+    fail_config(table().where("block_m"), schedule == 2 ? "schedule 2 (narrow) puts 8, 16 or 32 query rows per CTA"
+                                                        : "schedules 0 and 1 put 64 query rows per CTA");
+  if (schedule == 2 && block_n != 64)
+    fail_config(table().where("block_n"), "schedule 2 (narrow) runs 64-key tiles: block_n 64");
+  if (schedule == 2 && stages > 5)
+    fail_config(table().where("stages"), "schedule 2 (narrow) runs a ring of 2..5 stages");
   if (schedule == 1 && (block_n != 64 || stages != 2))
     fail_config(table().where(block_n != 64 ? "block_n" : "stages"),
                 "schedule 1 (seesaw) runs 64-key tiles in 2 buffers: block_n 64, stages 2");

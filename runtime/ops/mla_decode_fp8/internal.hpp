@@ -6,6 +6,7 @@
 
 #include "attnjit/ops/mla_decode_fp8.hpp"
 #include "jit/kernel_table.hpp"
+#include "mla_decode_fp8/layout.cuh"
 #include "ops/mla_decode/internal.hpp"
 
 namespace attnjit::ops {
@@ -19,7 +20,11 @@ struct MlaFp8QuantizeConfig {
 };
 
 unsigned mla_fp8_smem_bytes(const MlaDecodeFp8Config& c);
-inline constexpr int kMlaFp8Threads = 3 * 128;  // softmax + two P·V warpgroups
+// Three warpgroups (softmax + two P·V, or two seesaw roles + the widening producer); the
+// narrow schedule's two consumer warpgroups.
+inline int mla_fp8_threads(int schedule) {
+  return schedule == 2 ? layout::mla_decode_fp8::kNarrowConsumers * 128 : 3 * 128;
+}
 
 const jit::Kernel& mla_fp8_main_kernel(const MlaDecodeFp8Config& c, Arch arch);
 const jit::Kernel& mla_fp8_quantize_kernel(const MlaFp8QuantizeConfig& c, Arch arch);

@@ -68,7 +68,7 @@ MlaDecodeFp8Plan mla_decode_fp8_plan(const MlaDecodeFp8Shape& shape, const MlaDe
   // No tuning database yet: a forced count is a static split, none the balanced schedule.
   plan.num_splits = shape.num_splits;
   plan.balanced = plan.num_splits == 0;
-  if (plan.balanced) plan.sm_slots = mla_detail::sm_slots(ms, info.sm_count);
+  if (plan.balanced) plan.sm_slots = mla_detail::sm_slots(ms, info.sm_count, plan.config.block_m);
   plan.workspace_bytes = plan_workspace_bytes(plan);
   const Arch arch = ops::device_arch(info);
   ops::mla_fp8_main_kernel(plan.config, arch).prepare_current_device();
@@ -116,7 +116,7 @@ void mla_decode_fp8(const MlaDecodeFp8Args& a, const MlaDecodeFp8Plan& plan, Wor
   if (three)
     rope_spec.tensor = TensorView::contiguous(a.kv_rope.data, DType::kU8, {cache_rows, dev::kRopeBytes},
                                               a.q.device);
-  if (c.fp8_mma) {  // the fp8 kernel reads the boxes with wgmma: 128B-swizzled, K-major
+  if (c.fp8_mma || c.schedule == 2) {  // fp8 wgmma reads the boxes: 128B-swizzled, K-major
     q_spec.swizzle = kv_spec.swizzle = rope_spec.swizzle = Swizzle::k128B;
   }
   validate_tma(q_spec, "q");
@@ -167,7 +167,7 @@ void mla_decode_fp8(const MlaDecodeFp8Args& a, const MlaDecodeFp8Plan& plan, Wor
     shape.grid[1] = static_cast<unsigned>(splits);
     shape.grid[2] = static_cast<unsigned>(s.b);
   }
-  shape.block[0] = ops::kMlaFp8Threads;
+  shape.block[0] = static_cast<unsigned>(ops::mla_fp8_threads(c.schedule));
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), const_cast<TmaDescriptor*>(&kv_map),
                        const_cast<TmaDescriptor*>(&rope_map), &ka};
