@@ -49,7 +49,20 @@ TEST_CASE("mla_decode_fp8 config validation names the field", "[config][mla_deco
   REQUIRE_ERROR(with([&](auto& c) { seesaw(c); c.block_n = 32; }).validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
   REQUIRE_ERROR(with([&](auto& c) { seesaw(c); c.stages = 3; }).validate(), ErrorKind::kUnsupportedConfig, "'stages'");
   REQUIRE_ERROR(with([&](auto& c) { seesaw(c); c.fp8_mma = 1; }).validate(), ErrorKind::kUnsupportedConfig, "'fp8_mma'");
-  REQUIRE_ERROR(with([](auto& c) { c.schedule = 2; }).validate(), ErrorKind::kUnsupportedConfig, "'schedule'");
+  // Schedule 2 (narrow) is 8/16/32 query rows per CTA on 64-key tiles, 2..5 ring stages.
+  const auto narrow = [](MlaDecodeFp8Config& c) {
+    c.schedule = 2;
+    c.block_m = 16;
+    c.block_n = 64;
+    c.stages = 4;
+  };
+  CHECK_NOTHROW(with(narrow).validate());
+  REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.block_m = 64; }).validate(), ErrorKind::kUnsupportedConfig, "'block_m'");
+  REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.block_n = 32; }).validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
+  REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.stages = 6; }).validate(), ErrorKind::kUnsupportedConfig, "'stages'");
+  REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.fp8_mma = 1; }).validate(), ErrorKind::kUnsupportedConfig, "'fp8_mma'");
+  REQUIRE_ERROR(with([](auto& c) { c.block_m = 32; }).validate(), ErrorKind::kUnsupportedConfig, "'block_m'");
+  REQUIRE_ERROR(with([](auto& c) { c.schedule = 3; }).validate(), ErrorKind::kUnsupportedConfig, "'schedule'");
   for (int s : {1, 4, 9})
     REQUIRE_ERROR(with([&](auto& c) { c.stages = s; }).validate(), ErrorKind::kUnsupportedConfig, "'stages'");
   REQUIRE_ERROR(with([](auto& c) { c.fp8_mma = 2; }).validate(), ErrorKind::kUnsupportedConfig, "'fp8_mma'");
@@ -108,6 +121,34 @@ TEST_CASE("mla_decode_fp8's seesaw kernel compiles with its producer and mla_dec
       CHECK(test::count_opcode(*sass, "HGMMA") > 0);
       CHECK(test::count_opcode(*sass, "UTMALDG") > 0);
       CHECK(test::count_opcode(*sass, "USETMAXREG") == 2);
+    }
+  }
+}
+
+TEST_CASE("mla_decode_fp8's narrow kernel compiles with QGMMA, TMA and no spills",
+          "[jit][nvrtc][mla_decode_fp8]") {
+  const ops::OpSpec& op = ops::find_op("mla_decode_fp8");
+  for (const auto& [h, q, block_m, stages] :
+       {std::array<int, 4>{8, 1, 8, 4}, {16, 1, 16, 5}, {16, 2, 32, 4}, {128, 8, 32, 2}}) {
+    MlaDecodeFp8Config c = mla_decode_fp8_default_config(h, q, 64);
+    c.schedule = 2;
+    c.block_m = block_m;
+    c.block_n = 64;
+    c.stages = stages;
+    REQUIRE_NOTHROW(c.validate());
+    INFO(c.describe());
+    const jit::CompiledKernel k = jit::compile_recipe(op.recipe(nlohmann::json::parse(c.to_json()), kSm90a));
+    REQUIRE(k.ptxas.parsed);
+    CHECK(k.ptxas.spill_store_bytes == 0);
+    CHECK(k.ptxas.spill_load_bytes == 0);
+    CHECK(k.log.find("C7520") == std::string::npos);  // wgmma not serialized
+    if (auto sass = test::disassemble(k.cubin)) {
+      CHECK(test::count_opcode(*sass, "QGMMA") >= 2);  // Kᵀ·Q content and Vᵀ·P′ᵀ
+      CHECK(test::count_opcode(*sass, "HGMMA") > 0);   // the bf16 rope
+      CHECK(test::count_opcode(*sass, "UTMALDG") > 0);
+      CHECK(test::count_opcode(*sass, "LDSM") > 0);    // Vᵀ by ldmatrix.trans
+      CHECK(test::count_opcode(*sass, "LDL") == 0);
+      CHECK(test::count_opcode(*sass, "STL") == 0);
     }
   }
 }

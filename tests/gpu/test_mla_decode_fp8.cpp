@@ -30,20 +30,42 @@ struct Run {
   std::vector<uint8_t> bytes;
 };
 
-// fp8_mma: 0 the default kernel, 1 the fp8 wgmma kernel, 2 the seesaw (schedule 1).
-Run run(Fp8Data& d, bool three, int num_splits, int fp8_mma = 0) {
-  const MlaDecodeFp8Args a = d.args(three);
-  MlaDecodeFp8Shape shape = mla_decode_fp8_shape(a);
-  shape.num_splits = num_splits;
-  MlaDecodeFp8Config config = mla_decode_fp8_default_config(shape.num_heads, shape.q_len, shape.page_size);
-  if (fp8_mma == 1) {  // schedule 0's fp8 wgmma kernel
+// The kernels under test: 0 the default, 1 the fp8 wgmma kernel (fp8_mma 1), 2 the seesaw
+// (schedule 1), 3 the narrow kernel (schedule 2, block_m the smallest of 8/16/32 that holds
+// q_len·h, else 32).
+MlaDecodeFp8Config kernel_config(MlaDecodeFp8Config config, int kernel) {
+  if (kernel == 1) {
     config.fp8_mma = 1;
     config.stages = 6;
-  } else if (fp8_mma == 2) {
+  } else if (kernel == 2) {
     config.schedule = 1;
     config.block_n = 64;
     config.stages = 2;
+  } else if (kernel == 3) {
+    const int rows = config.max_q_len * config.num_heads;
+    config.schedule = 2;
+    config.block_m = rows <= 8 ? 8 : rows <= 16 ? 16 : 32;
+    config.block_n = 64;
+    config.stages = 4;
   }
+  return config;
+}
+harness::Fp8Kernel kernel_model(int kernel) {
+  return kernel == 1 ? harness::Fp8Kernel::kFp8Mma
+         : kernel == 2 ? harness::Fp8Kernel::kSeesaw
+         : kernel == 3 ? harness::Fp8Kernel::kNarrow
+                       : harness::Fp8Kernel::kWidening;
+}
+const char* kernel_label(int kernel) {
+  return kernel == 1 ? "fp8_mma " : kernel == 2 ? "seesaw " : kernel == 3 ? "narrow " : "";
+}
+
+Run run(Fp8Data& d, bool three, int num_splits, int kernel = 0) {
+  const MlaDecodeFp8Args a = d.args(three);
+  MlaDecodeFp8Shape shape = mla_decode_fp8_shape(a);
+  shape.num_splits = num_splits;
+  const MlaDecodeFp8Config config =
+      kernel_config(mla_decode_fp8_default_config(shape.num_heads, shape.q_len, shape.page_size), kernel);
   const MlaDecodeFp8Plan plan = mla_decode_fp8_plan(shape, &config);
   CHECK(plan.balanced == (num_splits == 0));
   test::DeviceBuffer ws(std::max<size_t>(1, plan.workspace_bytes));
@@ -57,9 +79,9 @@ Run run(Fp8Data& d, bool three, int num_splits, int fp8_mma = 0) {
 }
 
 void judge_problem(const harness::MlaProblem& p, const std::vector<float>& out, const std::vector<float>& lse,
-                   const std::string& line_head) {
+                   const std::string& line_head, int kernel = 0) {
   const harness::MlaReference ref = harness::mla_reference(p);
-  const harness::MlaCompareLimits limits = harness::mla_fp8_limits(ref, false);
+  const harness::MlaCompareLimits limits = harness::mla_fp8_limits(ref, kernel_model(kernel));
   const harness::MlaComparison c = harness::mla_compare(p, ref, out, lse, limits);
   const std::string line = fmt::format("{}: {}", line_head, c.summary());
   fmt::print("{}\n", line);
@@ -74,8 +96,9 @@ void judge_problem(const harness::MlaProblem& p, const std::vector<float>& out, 
   CHECK(c.passed);
 }
 
-void judge(const Fp8Data& d, const Run& r, const std::string& label) {
-  judge_problem(d.problem(), r.out, r.lse, fmt::format("mla_decode_fp8 [{}] {}", label, d.spec().describe()));
+void judge(const Fp8Data& d, const Run& r, const std::string& label, int kernel = 0) {
+  judge_problem(d.problem(), r.out, r.lse, fmt::format("mla_decode_fp8 [{}] {}", label, d.spec().describe()),
+                kernel);
 }
 
 }  // namespace
@@ -93,9 +116,9 @@ TEST_CASE("mla_decode_fp8 matches float64 (640-byte rows, per-token scales)", "[
   };
   for (const Fp8Case& c : cases) {
     Fp8Data d(c);
-    for (int kernel : {0, 2})  // the default widening kernel and the seesaw (same error model)
+    for (int kernel : {0, 2, 3})  // the default widening kernel, the seesaw, the narrow kernel
       for (int splits : {1, 3, 0})
-        judge(d, run(d, false, splits, kernel), fmt::format("640B {}splits {}", kernel ? "seesaw " : "", splits));
+        judge(d, run(d, false, splits, kernel), fmt::format("640B {}splits {}", kernel_label(kernel), splits), kernel);
   }
 }
 
@@ -107,18 +130,20 @@ TEST_CASE("mla_decode_fp8 matches float64 in the per-tensor form (576-byte e4m3 
   };
   for (const Fp8Case& c : cases) {
     Fp8Data d(c);
-    for (int kernel : {0, 2})
+    for (int kernel : {0, 2, 3})
       for (int splits : {1, 0})
-        judge(d, run(d, false, splits, kernel), fmt::format("576B {}splits {}", kernel ? "seesaw " : "", splits));
+        judge(d, run(d, false, splits, kernel), fmt::format("576B {}splits {}", kernel_label(kernel), splits), kernel);
   }
 }
 
 TEST_CASE("mla_decode_fp8's three-tensor form equals the 640-byte form bit for bit", "[gpu][mla_decode_fp8]") {
   if (!test::gpu_or_skip()) return;
   Fp8Data d({.q_len = 2, .heads = 64, .lens = {0, 77, 640, 1025}, .magnitude = 3.0f});
-  const Run a = run(d, false, 0), b = run(d, true, 0);
-  judge(d, b, "three-tensor");
-  CHECK(a.bytes == b.bytes);
+  for (int kernel : {0, 3}) {
+    const Run a = run(d, false, 0, kernel), b = run(d, true, 0, kernel);
+    judge(d, b, fmt::format("three-tensor {}", kernel_label(kernel)), kernel);
+    CHECK(a.bytes == b.bytes);
+  }
 }
 
 TEST_CASE("mla_decode_fp8 replays from a CUDA graph with new lengths and values", "[gpu][mla_decode_fp8][graph]") {
@@ -213,7 +238,7 @@ TEST_CASE("mla_decode_fp8 with ragged q: per-sequence q_len, [total_q, h] rows, 
   test::DeviceBuffer off_d(offsets.size() * 4);
   off_d.upload(offsets);
   const int64_t total_q = 20, h = 16;
-  for (int kernel : {0, 1})  // the default kernel, then the seesaw (schedule 1)
+  for (int kernel : {0, 2, 3})  // the default kernel, the seesaw, the narrow kernel
   for (int splits : {1, 3, 0}) {
     MlaDecodeFp8Args a = d.args(false);
     a.q = TensorView::contiguous(a.q.data, DType::kU8, {total_q, h, 640});
@@ -223,12 +248,8 @@ TEST_CASE("mla_decode_fp8 with ragged q: per-sequence q_len, [total_q, h] rows, 
     a.lse = TensorView::contiguous(a.lse.data, DType::kF32, {h, total_q});
     MlaDecodeFp8Shape shape = mla_decode_fp8_shape(a);
     shape.num_splits = splits;
-    MlaDecodeFp8Config config = mla_decode_fp8_default_config(shape.num_heads, shape.q_len, shape.page_size);
-    if (kernel == 1) {
-      config.schedule = 1;
-      config.block_n = 64;
-      config.stages = 2;
-    }
+    const MlaDecodeFp8Config config =
+        kernel_config(mla_decode_fp8_default_config(shape.num_heads, shape.q_len, shape.page_size), kernel);
     const MlaDecodeFp8Plan plan = mla_decode_fp8_plan(shape, &config);
     test::DeviceBuffer ws(std::max<size_t>(1, plan.workspace_bytes));
     ws.fill_byte(0xFF);
@@ -253,7 +274,7 @@ TEST_CASE("mla_decode_fp8 with ragged q: per-sequence q_len, [total_q, h] rows, 
       for (int64_t hh = 0; hh < h; ++hh)
         for (int t = 0; t < ql; ++t) l[static_cast<size_t>(hh * ql + t)] = lse_all[static_cast<size_t>(hh * total_q + offsets[i] + t)];
       judge_problem(p, o, l, fmt::format("mla_decode_fp8 [ragged {}splits {}] seq {} q_len {} L {}",
-                                         kernel ? "seesaw " : "", splits, i, ql, p.cache_lens[0]));
+                                         kernel_label(kernel), splits, i, ql, p.cache_lens[0]), kernel);
     }
     const auto bits = d.out_bytes();
     int64_t touched = 0;
@@ -282,9 +303,10 @@ TEST_CASE("mla_decode_fp8's bench problem passes its check at test scale", "[gpu
   }
 }
 
-// The fp8 wgmma kernel (config fp8_mma 1) and the seesaw (schedule 1), neither the default,
+// The fp8 wgmma kernel (config fp8_mma 1), the seesaw (schedule 1) and the narrow kernel
+// (schedule 2), none the default,
 // each against its own error model (harness::mla_fp8_limits); tools/gpu_sanitize.sh runs
-// both cases.
+// each case.
 namespace {
 void check_kernel_cases(int kernel) {
   const std::vector<Fp8Case> cases = {
@@ -299,11 +321,9 @@ void check_kernel_cases(int kernel) {
         const Run r = run(d, three, splits, kernel);
         const harness::MlaProblem p = d.problem();
         const harness::MlaReference ref = harness::mla_reference(p);
-        const harness::MlaCompareLimits limits = harness::mla_fp8_limits(
-            ref, kernel == 1 ? harness::Fp8Kernel::kFp8Mma : harness::Fp8Kernel::kWidening);
+        const harness::MlaCompareLimits limits = harness::mla_fp8_limits(ref, kernel_model(kernel));
         const harness::MlaComparison cmp = harness::mla_compare(p, ref, r.out, r.lse, limits);
-        const std::string line = fmt::format("mla_decode_fp8 [{} splits {}{}] {}: {}",
-                                             kernel == 1 ? "fp8_mma" : "seesaw", splits,
+        const std::string line = fmt::format("mla_decode_fp8 [{}splits {}{}] {}: {}", kernel_label(kernel), splits,
                                              three ? " three" : "", c.describe(), cmp.summary());
         fmt::print("{}\n", line);
         INFO(line);
@@ -324,4 +344,9 @@ TEST_CASE("mla_decode_fp8's fp8 wgmma kernel matches float64", "[gpu][mla_decode
 TEST_CASE("mla_decode_fp8's seesaw kernel matches float64", "[gpu][mla_decode_fp8][seesaw]") {
   if (!test::gpu_or_skip()) return;
   check_kernel_cases(2);
+}
+
+TEST_CASE("mla_decode_fp8's narrow kernel matches float64", "[gpu][mla_decode_fp8][narrow]") {
+  if (!test::gpu_or_skip()) return;
+  check_kernel_cases(3);
 }
