@@ -182,10 +182,7 @@ class Fp8Problem final : public Problem {
     }
     const MlaDecodeFp8Plan plan = mla_decode_fp8_plan(shape, overrides ? &given : nullptr);
     // check() judges by that kernel's error model
-    kernel_ = plan.config.schedule == 2   ? harness::Fp8Kernel::kNarrow
-              : plan.config.schedule == 1 ? harness::Fp8Kernel::kSeesaw
-              : plan.config.fp8_mma == 1 ? harness::Fp8Kernel::kFp8Mma
-                                         : harness::Fp8Kernel::kWidening;
+    kernel_ = harness::fp8_kernel_of(plan.config.schedule, plan.config.fp8_mma);
     return prepared_run<MlaDecodeFp8Plan, MlaDecodeFp8Args>(
         plan, overrides, heuristic,
         [this](int) { return args(); }, mla_decode_fp8_schedule, mla_decode_fp8);

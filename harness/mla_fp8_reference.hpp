@@ -30,6 +30,13 @@ MlaCompareLimits mla_fp8_limits(const MlaReference& ref, Fp8Kernel kernel);
 inline MlaCompareLimits mla_fp8_limits(const MlaReference& ref, bool fp8_mma) {
   return mla_fp8_limits(ref, fp8_mma ? Fp8Kernel::kFp8Mma : Fp8Kernel::kWidening);
 }
+// The kernel a config's schedule and fp8_mma fields select.
+inline Fp8Kernel fp8_kernel_of(int schedule, int fp8_mma) {
+  return schedule == 2 ? Fp8Kernel::kNarrow
+         : schedule == 1 ? Fp8Kernel::kSeesaw
+         : fp8_mma == 1  ? Fp8Kernel::kFp8Mma
+                         : Fp8Kernel::kWidening;
+}
 
 // Rows of 640 bytes (512 e4m3, 64 bf16) or 576 (all e4m3, the per-tensor form) → rows ×
 // 576 floats, row r scaled by sigma[r / rows_per_sigma] (q per token: h; per token and

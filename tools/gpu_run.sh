@@ -68,10 +68,10 @@ if [ "${ATTNJIT_BENCH:-1}" != 0 ]; then
   BENCH_TIMEOUT=400 bench mla_decode_sparse
   # mla_prefill_sparse: issue 21's rows (each checked against float64 on sampled tokens).
   BENCH_TIMEOUT=400 bench mla_prefill_sparse
-  # mla_decode_fp8: issue 19's rows in every cache form, the default (widening) kernel,
-  # then the seesaw schedule.
+  # mla_decode_fp8: issue 19's rows in every cache form, the default (narrow) kernel, then
+  # the seesaw schedule (the fastest widening kernel, bf16 P′: the accuracy alternative).
   BENCH_TIMEOUT=400 bench mla_decode_fp8
-  BENCH_TIMEOUT=400 bench mla_decode_fp8 --config '{"schedule":1,"block_n":64,"stages":2}'
+  BENCH_TIMEOUT=400 bench mla_decode_fp8 --config '{"schedule":1,"block_m":64,"block_n":64,"stages":2}'
   # mla_decode_branch_fp8: issue 22's rows, the whole branch and each stage alone (each
   # checked against the unfused float64 branch first), then the plain-PyTorch peer.
   BENCH_TIMEOUT=400 bench mla_decode_branch_fp8

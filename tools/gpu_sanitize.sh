@@ -38,6 +38,8 @@ tests=(
   "mla_fp8_quantize matches its host reference bit for bit (every grouping and form)"
   "mla_decode_fp8's fp8 wgmma kernel matches float64"
   "mla_decode_fp8's seesaw kernel matches float64"
+  "mla_decode_fp8's narrow kernel matches float64"
+  "mla_decode_fp8's widening kernel matches float64"
 )
 status=0
 : >"$out/sanitize.txt"

@@ -45,7 +45,12 @@ struct Traits {
   static_assert(P.schedule == 2, "this file is schedule 2");
   static_assert(kRows == 8 || kRows == 16 || kRows == 32, "8, 16 or 32 query rows (wgmma N)");
   static_assert(kKeys == kWgmmaM, "64-key tiles: one wgmma M of keys");
-  static_assert(P.stages >= 2 && P.stages <= 5, "2..5 ring stages");
+  // Tile n sits in stage n % stages and warpgroup n % 2 takes it: with an even ring each
+  // stage has one warpgroup, which waits on it and refills it in order. An odd ring would
+  // hand a stage between the warpgroups, and one running a lap ahead would pass a wait on
+  // the previous phase of the same parity (the ABA of a parity wait), a launch failure at
+  // stages 3 on the H200.
+  static_assert(P.stages == 2 || P.stages == 4, "2 or 4 ring stages: even, so a stage has one warpgroup");
   static_assert(P.page_size >= 64 && (P.page_size & (P.page_size - 1)) == 0, "pages of 64..256");
 };
 
@@ -56,6 +61,7 @@ struct SharedStorage {
   alignas(1024) u8 q_rope[T::kQChunkBytes];              // Q rope bf16 (or e4m3 + zeros), SW128
   alignas(1024) u8 ring[P.stages][T::kStageBytes];       // K/V e4m3 4 × [64][128 B] + rope, SW128
   alignas(128) u8 p8[T::kConsumers][T::kPBytes];         // P′ᵀ per warpgroup, PTile, vt key order
+  float cq[T::kConsumers][T::kRows];                     // per column: σ_Q·scale·log2e
   float red[T::kConsumers][4][T::kRows];                 // per warp: a column max, then l
   float stats[T::kConsumers][2][T::kRows];               // each warpgroup's final m and l
   MBarrier q_full;
@@ -330,16 +336,20 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
   using T = Traits<P>;
   const int tid = thread_in_warpgroup(), warp = tid / 32, g = (tid % 32) / 4;
   const int rows_b = t.seq.q_len * P.num_heads;
+  // cq per column: σ_Q·scale·log2e, in shared memory (registers are what N = 32 lacks).
   // Columns past the sequence's rows keep cq = 0 and finite values; they are never written,
   // and a column of Oᵀ depends on its own column of P′ only.
-  float cq[T::kCols], m[T::kCols], l[T::kCols];  // per column: σ_Q·scale·log2e, max of y, Σp
+  if (tid < T::kRows) {
+    const int gr = t.row0 + tid;
+    s.cq[wg][tid] = gr < rows_b ? a.q_scale[q_scale_index(a.q_scale_mode, t.seq.start + gr / P.num_heads,
+                                                           gr % P.num_heads, P.num_heads)] *
+                                      a.base.scale_log2
+                                : 0.0f;
+  }
+  named_barrier_sync(own_barrier(wg), kWarpgroupThreads);
+  float m[T::kCols], l[T::kCols];  // per column: the running max of y, Σp
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
-    const int gr = t.row0 + column(tid, c);
-    const bool real = gr < rows_b;
-    cq[c] = real ? a.q_scale[q_scale_index(a.q_scale_mode, t.seq.start + gr / P.num_heads, gr % P.num_heads,
-                                           P.num_heads)] * a.base.scale_log2
-                 : 0.0f;
     m[c] = neg_inf();
     l[c] = 0.0f;
   }
@@ -389,7 +399,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
       const bool causal_ok =
           P.max_q_len == 1 || key0 + 8 * rr <= t.len - t.seq.q_len + (t.row0 + column(tid, c)) / P.num_heads;
       const bool vis = causal_ok && sg[rr] > 0.0f;
-      acc[i] = vis ? acc[i] * cq[c] * sg[rr] + lg[rr] : neg_inf();
+      acc[i] = vis ? acc[i] * s.cq[wg][column(tid, c)] * sg[rr] + lg[rr] : neg_inf();
       cmax[c] = fmaxf(cmax[c], acc[i]);
     }
     column_reduce_max<P>(cmax, s.red[wg], wg);

@@ -1,6 +1,8 @@
 // mla_decode_fp8 without a GPU: config validation and JSON, the registry entries, and every
 // argument check (each names its argument and rule before the driver is touched).
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +15,19 @@
 
 using namespace attnjit;
 
+namespace {
+// The default's shape fields on schedule 0's tiles (64 query rows, 32-key tiles): the base
+// of the fp8 wgmma kernel's and the seesaw's configs.
+MlaDecodeFp8Config schedule0(int h, int q_len, int page) {
+  MlaDecodeFp8Config c = mla_decode_fp8_default_config(h, q_len, page);
+  c.schedule = 0;
+  c.block_m = 64;
+  c.block_n = 32;
+  c.stages = 3;
+  return c;
+}
+}  // namespace
+
 TEST_CASE("mla_decode_fp8 default configs are valid", "[config][mla_decode_fp8]") {
   REQUIRE_NOTHROW(MlaDecodeFp8Config{}.validate());
   for (int h : {8, 16, 32, 64, 128})
@@ -22,6 +37,9 @@ TEST_CASE("mla_decode_fp8 default configs are valid", "[config][mla_decode_fp8]"
         REQUIRE_NOTHROW(c.validate());
         CHECK(c.max_q_len >= q_len);
         CHECK(c.page_size == page);
+        // the narrow kernel, one wgmma N holding all q_len·h rows where 8, 16 or 32 can
+        CHECK(c.schedule == 2);
+        CHECK(c.block_m == std::min(32, std::max(8, static_cast<int>(std::bit_ceil(unsigned(c.max_q_len * h))))));
       }
 }
 
@@ -49,7 +67,7 @@ TEST_CASE("mla_decode_fp8 config validation names the field", "[config][mla_deco
   REQUIRE_ERROR(with([&](auto& c) { seesaw(c); c.block_n = 32; }).validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
   REQUIRE_ERROR(with([&](auto& c) { seesaw(c); c.stages = 3; }).validate(), ErrorKind::kUnsupportedConfig, "'stages'");
   REQUIRE_ERROR(with([&](auto& c) { seesaw(c); c.fp8_mma = 1; }).validate(), ErrorKind::kUnsupportedConfig, "'fp8_mma'");
-  // Schedule 2 (narrow) is 8/16/32 query rows per CTA on 64-key tiles, 2..5 ring stages.
+  // Schedule 2 (narrow) is 8/16/32 query rows per CTA on 64-key tiles, 2 or 4 ring stages.
   const auto narrow = [](MlaDecodeFp8Config& c) {
     c.schedule = 2;
     c.block_m = 16;
@@ -59,7 +77,9 @@ TEST_CASE("mla_decode_fp8 config validation names the field", "[config][mla_deco
   CHECK_NOTHROW(with(narrow).validate());
   REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.block_m = 64; }).validate(), ErrorKind::kUnsupportedConfig, "'block_m'");
   REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.block_n = 32; }).validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
-  REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.stages = 6; }).validate(), ErrorKind::kUnsupportedConfig, "'stages'");
+  for (int s : {3, 5, 6})  // odd rings hand stages between the warpgroups; 6 does not fit
+    REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.stages = s; }).validate(), ErrorKind::kUnsupportedConfig,
+                  "'stages'");
   REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.fp8_mma = 1; }).validate(), ErrorKind::kUnsupportedConfig, "'fp8_mma'");
   REQUIRE_ERROR(with([](auto& c) { c.block_m = 32; }).validate(), ErrorKind::kUnsupportedConfig, "'block_m'");
   REQUIRE_ERROR(with([](auto& c) { c.schedule = 3; }).validate(), ErrorKind::kUnsupportedConfig, "'schedule'");
@@ -73,7 +93,7 @@ TEST_CASE("mla_decode_fp8's experimental fp8 kernel compiles with QGMMA and no s
   // Not in the default set (outside the accuracy limits); this keeps it compiling and in shape.
   const ops::OpSpec& op = ops::find_op("mla_decode_fp8");
   for (const auto& [h, q, page, stages] : {std::array<int, 4>{16, 1, 64, 6}, {128, 2, 64, 6}, {64, 8, 256, 8}}) {
-    MlaDecodeFp8Config c = mla_decode_fp8_default_config(h, q, page);
+    MlaDecodeFp8Config c = schedule0(h, q, page);
     c.fp8_mma = 1;
     c.stages = stages;
     REQUIRE_NOTHROW(c.validate());
@@ -106,7 +126,7 @@ TEST_CASE("mla_decode_fp8's seesaw kernel compiles with its producer and mla_dec
   // (docs/performance.md). This keeps it compiling, within its smem plan and in shape.
   const ops::OpSpec& op = ops::find_op("mla_decode_fp8");
   for (const auto& [h, q, page] : {std::array<int, 3>{16, 1, 64}, {128, 2, 64}, {64, 8, 256}}) {
-    MlaDecodeFp8Config c = mla_decode_fp8_default_config(h, q, page);
+    MlaDecodeFp8Config c = schedule0(h, q, page);
     c.schedule = 1;
     c.block_n = 64;
     c.stages = 2;
@@ -129,7 +149,7 @@ TEST_CASE("mla_decode_fp8's narrow kernel compiles with QGMMA, TMA and no spills
           "[jit][nvrtc][mla_decode_fp8]") {
   const ops::OpSpec& op = ops::find_op("mla_decode_fp8");
   for (const auto& [h, q, block_m, stages] :
-       {std::array<int, 4>{8, 1, 8, 4}, {16, 1, 16, 5}, {16, 2, 32, 4}, {128, 8, 32, 2}}) {
+       {std::array<int, 4>{8, 1, 8, 4}, {16, 1, 16, 2}, {16, 2, 32, 4}, {128, 8, 32, 2}}) {
     MlaDecodeFp8Config c = mla_decode_fp8_default_config(h, q, 64);
     c.schedule = 2;
     c.block_m = block_m;
@@ -284,6 +304,7 @@ TEST_CASE("mla_decode_fp8 takes both cache forms and per-head q scales", "[args]
     MlaDecodeFp8Args pt = valid_args();
     pt.q = TensorView::contiguous(fake(0), DType::kU8, {B, QL, H, 576});
     MlaDecodeFp8Plan fp8_plan = valid_plan(pt);
+    fp8_plan.config = schedule0(H, QL, PAGE);
     fp8_plan.config.fp8_mma = 1;
     REQUIRE_ERROR(mla_decode_fp8(pt, fp8_plan, Workspace{}, nullptr), ErrorKind::kBadArgument, "q:", "fp8_mma 0");
   }
