@@ -81,8 +81,7 @@ using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;  // B: query rows × K
 template <auto P>
 using PTile = WgmmaKMajorTile<Swizzle::kNone, P.block_m>;  // B of P·V: rows × 64 key positions
 
-// Named barriers: 1 + w is warpgroup w's own; kBoth joins the two for the merge.
-enum class Bar : u32 { kBoth = 3 };
+// Named barrier 1 + w is warpgroup w's own (128 threads); the merge uses __syncthreads.
 ATTNJIT_DEVICE u32 own_barrier(int wg) { return 1u + static_cast<u32>(wg); }
 
 // This thread's column c (0 .. kCols-1) of an [64 × N] fragment, and the fragment entry's c.
@@ -253,25 +252,38 @@ ATTNJIT_DEVICE void accumulate_pv(float (&o)[Traits<P>::kDimBlocks][Traits<P>::k
   for (int mb = 0; mb < T::kDimBlocks; ++mb) wgmma_fence_operands(o[mb]);
 }
 
-// The merge and warpgroup kHalf's half of the output (dims 256·kHalf ..): each warpgroup
-// hands the other the Oᵀ blocks of the other's half through the ring (free: both walks are
-// over, every load was consumed). kHalf is a template argument so the block indices are
-// immediates (a run-time index would put Oᵀ in local memory); the two instantiations meet
-// at the same barriers from different instructions, hence the unaligned form.
+// The merge's exchange area: the ring, free once both walks are over (every load was
+// consumed). [source half][4 blocks][kAcc][128 threads] floats.
+template <auto P>
+ATTNJIT_DEVICE float* exchange(SharedStorage<P>& s) {
+  return reinterpret_cast<float*>(&s.ring[0][0]);
+}
+
+// Warpgroup kHalf hands the other the Oᵀ blocks of the other's half (dims 256·(1 − kHalf) ..).
+// kHalf is a template argument so the block indices are immediates (a run-time index would
+// put Oᵀ in local memory).
+template <auto P, int kHalf>
+ATTNJIT_DEVICE void hand_over(SharedStorage<P>& s, const float (&o)[Traits<P>::kDimBlocks][Traits<P>::kAcc]) {
+  using T = Traits<P>;
+  constexpr int kTheirs = 4 * (1 - kHalf);
+  float* xchg = exchange(s);
+  const int tid = thread_in_warpgroup();
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) xchg[((kHalf * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid] = o[kTheirs + b][i];
+}
+
+// The merge and warpgroup kHalf's half of the output (dims 256·kHalf ..), after both
+// hand_overs.
 template <auto P, int kHalf>
 ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const md::Tile& t,
                            float (&o)[Traits<P>::kDimBlocks][Traits<P>::kAcc], const float (&m)[Traits<P>::kCols],
                            const float (&l)[Traits<P>::kCols]) {
   using T = Traits<P>;
-  constexpr int kMine = 4 * kHalf, kTheirs = 4 * (1 - kHalf);
+  constexpr int kMine = 4 * kHalf;
   const int tid = thread_in_warpgroup(), warp = tid / 32, g = (tid % 32) / 4;
-  float* xchg = reinterpret_cast<float*>(&s.ring[0][0]);  // [source half][4 blocks][kAcc][128]
-  named_barrier_sync_unaligned(Bar::kBoth, T::kThreads);
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) xchg[((kHalf * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid] = o[kTheirs + b][i];
-  named_barrier_sync_unaligned(Bar::kBoth, T::kThreads);
+  const float* xchg = exchange(s);
   float a_me[T::kCols], a_other[T::kCols], l_all[T::kCols], m_all[T::kCols];
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
@@ -451,6 +463,14 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
       s.stats[wg][1][n] = l[c];
     }
   }
+  // The merge: whole-CTA barriers in the code both warpgroups run (inside hand_over<0> /
+  // <1> each would be its own instruction).
+  __syncthreads();  // both walks over: the ring is free
+  if (wg == 0)
+    hand_over<P, 0>(s, o);
+  else
+    hand_over<P, 1>(s, o);
+  __syncthreads();  // both halves handed over, stats written
   if (wg == 0)
     finish<P, 0>(s, a, t, o, m, l);
   else
@@ -469,7 +489,9 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   const int item = cta_item(args.base);
   if (item < 0) return;
   extern __shared__ u8 smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage<P>*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  // Aligned by an offset from smem_raw, not through an integer: the compiler keeps the
+  // shared state space and emits LDS/STS (a u64 round trip makes every access generic).
+  auto& s = *reinterpret_cast<SharedStorage<P>*>(smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u));
   init_cta<kDynamicSmemBytes<P>, P.stages>(s, q_map, kv_map, rope_map);
   const md::Tile t = md::locate<P>(args.base, item);
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {
