@@ -9,7 +9,11 @@
 //   mode 1, sync ↔ sync (kRowSums, kOutStaged): each round both warpgroups write their own
 //     slot, bar.sync(kBoth) with all 256 threads, read the other's slot, bar.sync(kBoth)
 //     again before the next round's writes.
-//   Then, in both modes, the epilogue's exchange: both write, bar.sync(kBoth), both read.
+//   mode 2, own barriers, unequal counts (mla_decode_fp8's narrow kernel: each warpgroup
+//     syncs its own 128-thread barrier two or three times per tile, over its own number of
+//     tiles): WG0 runs 64 rounds and WG1 32, each writing its own slot, bar.sync(kOwn + wg,
+//     128), reading another warp's row of it, bar.sync(kOwn + wg, 128) again.
+//   Then, in every mode, the epilogue's exchange: both write, bar.sync(kBoth), both read.
 //
 // PTX orders these (memory consistency model, "Causality order" with bar.sync / bar.arrive
 // as release-acquire patterns at CTA scope): a barrier's completion makes every access a
@@ -25,7 +29,7 @@
 namespace attnjit::testing {
 
 struct WgHandoffParams {
-  int mode;      // 0: arrive → sync, 1: sync ↔ sync
+  int mode;      // 0: arrive → sync, 1: sync ↔ sync, 2: per-warpgroup syncs, unequal counts
   int delay_ns;  // the writer's delay before each store
   int broken;    // 1 (mode 0): WG1 stores after its arrive
 };
@@ -37,7 +41,8 @@ enum class HandoffBar : u32 {
   kSyncThreads = 0,  // reserved: __syncthreads()
   kPublished,        // mode 0: WG1 → WG0, the round's value is written
   kConsumed,         // mode 0: WG0 → WG1, it has been read
-  kBoth,             // mode 1: both warpgroups
+  kBoth,             // mode 1: both warpgroups; every mode: the epilogue
+  kOwn,              // mode 2: warpgroup 0's own (warpgroup 1: kOwn + 1)
 };
 
 ATTNJIT_DEVICE float round_value(int round, int row) { return static_cast<float>(round * 1000 + row + 1); }
@@ -69,6 +74,17 @@ __global__ void __launch_bounds__(kHandoffThreads) wg_handoff_kernel(float* out,
         sum += v;
         if (round + 1 < kHandoffRounds) named_barrier_arrive(HandoffBar::kConsumed, kHandoffThreads);
       }
+    } else if constexpr (P.mode == 2) {
+      if (round < kHandoffRounds >> wg) {  // WG0 64 rounds, WG1 32
+        const u32 own = static_cast<u32>(HandoffBar::kOwn) + static_cast<u32>(wg);
+        if (P.delay_ns > 0 && row < 32) __nanosleep(P.delay_ns);  // the warpgroup's first warp
+        slot[wg][row] = round_value(round, row) + wg;
+        named_barrier_sync(own, kWarpgroupThreads);
+        const float v = slot[wg][kWarpgroupThreads - 1 - row];  // another warp's row
+        wrong += v != round_value(round, kWarpgroupThreads - 1 - row) + wg;
+        sum += v;
+        named_barrier_sync(own, kWarpgroupThreads);
+      }
     } else {
       if (P.delay_ns > 0 && wg == 1) __nanosleep(P.delay_ns);
       slot[wg][row] = round_value(round, row) + wg;
@@ -80,7 +96,7 @@ __global__ void __launch_bounds__(kHandoffThreads) wg_handoff_kernel(float* out,
     }
   }
   // The epilogue's exchange (kRowSums, kOutStaged): both write, one bar.sync of all 256,
-  // both read the other's row. Mode 1 reaches it with no bar.arrive before it.
+  // both read the other's row. Modes 1 and 2 reach it with no bar.arrive before it.
   __shared__ float tail[2][kWarpgroupThreads];
   tail[wg][row] = tail_value(wg, row);
   named_barrier_sync(HandoffBar::kBoth, kHandoffThreads);

@@ -59,9 +59,12 @@ Result run(const WgHandoffParams& p) {
   Result r{bad.download_as<int>(1)[0], 0};
   for (int t = 0; t < kThreads; ++t) {
     const int wg = t / 128, row = t % 128, src = 127 - row;
-    double want = 0;  // mode 0: only WG0 reads; mode 1: both read the other's slot
-    if (p.mode == 1 || wg == 0)
-      for (int k = 0; k < kRounds; ++k) want += k * 1000 + src + 1 + (p.mode == 1 ? 1 - wg : 0);
+    // mode 0: only WG0 reads, 64 rounds; mode 1: both read the other's slot (+ the writer's
+    // wg), 64 rounds; mode 2: each its own slot (+ its wg), WG0 64 rounds and WG1 32
+    const int rounds = p.mode == 2 ? kRounds >> wg : (p.mode == 1 || wg == 0) ? kRounds : 0;
+    const int plus = p.mode == 1 ? 1 - wg : p.mode == 2 ? wg : 0;
+    double want = 0;
+    for (int k = 0; k < rounds; ++k) want += k * 1000 + src + 1 + plus;
     want += 0.5 * (src + 1) + 100000.0 * (1 - wg);  // the epilogue's exchange
     r.wrong_sums += sums[static_cast<size_t>(t)] != static_cast<float>(want);
   }
@@ -72,7 +75,7 @@ Result run(const WgHandoffParams& p) {
 
 TEST_CASE("seesaw hand-offs: a delayed writer is seen after the barrier", "[gpu][mla_decode][handoff]") {
   if (!test::gpu_or_skip()) return;
-  for (int mode : {0, 1})
+  for (int mode : {0, 1, 2})
     for (int delay : {0, 200, 5000}) {
       const Result r = run({mode, delay, 0});
       INFO(fmt::format("mode {} delay {} ns: {} wrong reads, {} wrong sums", mode, delay, r.wrong_reads,
