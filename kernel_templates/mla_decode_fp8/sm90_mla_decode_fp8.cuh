@@ -123,6 +123,20 @@ ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const md::
     tma_load_2d(q_map, &s.q_full, &s.kv[0][0] + c * T::kBoxRowsQ * kBoxBytes, c * kBoxBytes, q_row);
 }
 
+// Q's rows for the fp8 wgmma kernels (fp8_mma 1 and the narrow schedule): the 4 content
+// boxes into q8 and the rope box into q_rope, each [block_m][128 B] (128B-swizzled maps).
+template <auto P, class Storage>
+ATTNJIT_DEVICE void load_q8(Storage& s, const TmaDesc& q_map, const md::Tile& t) {
+  constexpr u32 kChunkBytes = P.block_m * kBoxBytes;
+  static_assert(sizeof(s.q_rope) == kChunkBytes && sizeof(s.q8) == kContentBoxes * kChunkBytes,
+                "q8: 4 content boxes, q_rope: one box, of block_m rows each");
+  const int q_row = t.seq.start * P.num_heads + t.row0;
+  mbarrier_arrive_expect_tx(&s.q_full, kRowBoxes * kChunkBytes);
+  for (int c = 0; c < kContentBoxes; ++c)
+    tma_load_2d(q_map, &s.q_full, s.q8 + c * kChunkBytes, c * kBoxBytes, q_row);
+  tma_load_2d(q_map, &s.q_full, s.q_rope, kContentBytes, q_row);
+}
+
 // fp8 tile `tile` of sequence `batch` into ring stage i % stages: 4 content boxes from the
 // kv map, the rope box from the rope map (the same map at column 512 for 640-byte rows).
 // Both schedules' Storage: ring[stages][kRowBoxes · block_n · 128 B] and kv_full[stages].

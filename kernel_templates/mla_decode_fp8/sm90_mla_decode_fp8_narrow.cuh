@@ -24,7 +24,7 @@
 // sequence's length: content bytes zeroed in the ring before any MMA reads them (0·NaN is
 // NaN inside the MMA), σ and P′ 0 by selection. Split, schedule and epilogue contract are
 // the other schedules'.
-#include "mla_decode_fp8/sm90_mla_decode_fp8.cuh"  // load_kv, init_cta, cta_item
+#include "mla_decode_fp8/sm90_mla_decode_fp8.cuh"  // load_q8, load_kv, init_cta, cta_item
 #include "mla_decode_fp8/vt_fragment.cuh"
 
 namespace attnjit::mla_decode_fp8::narrow {
@@ -87,18 +87,6 @@ ATTNJIT_DEVICE u32 own_barrier(int wg) { return 1u + static_cast<u32>(wg); }
 // This thread's column c (0 .. kCols-1) of an [64 × N] fragment, and the fragment entry's c.
 ATTNJIT_DEVICE int column(int tid, int c) { return 8 * (c / 2) + 2 * (tid % 4) + c % 2; }
 ATTNJIT_HOST_DEVICE constexpr int col_of(int i) { return 2 * (i / 4) + i % 2; }
-
-// ---- TMA issue (thread 0) ---------------------------------------------------------------
-
-template <auto P>
-ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const md::Tile& t) {
-  using T = Traits<P>;
-  const int q_row = t.seq.start * P.num_heads + t.row0;
-  mbarrier_arrive_expect_tx(&s.q_full, kRowBoxes * T::kQChunkBytes);
-  for (int c = 0; c < kContentBoxes; ++c)
-    tma_load_2d(q_map, &s.q_full, s.q8 + c * T::kQChunkBytes, c * kBoxBytes, q_row);
-  tma_load_2d(q_map, &s.q_full, s.q_rope, kContentBytes, q_row);
-}
 
 // ---- per-tile pieces --------------------------------------------------------------------
 
@@ -495,7 +483,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   init_cta<kDynamicSmemBytes<P>, P.stages>(s, q_map, kv_map, rope_map);
   const md::Tile t = md::locate<P>(args.base, item);
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {
-    load_q<P>(s, q_map, t);
+    load_q8<P>(s, q_map, t);
     for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)
       load_kv<P>(s, kv_map, rope_map, args, t.batch, t.tile_begin + i, i);
   }

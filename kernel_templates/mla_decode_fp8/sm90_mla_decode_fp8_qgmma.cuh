@@ -63,19 +63,6 @@ using Q8Tile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;
 template <auto P>
 using K8Tile = WgmmaKMajorTile<Swizzle::k128B, P.block_n>;
 
-// ---- TMA issue (thread 0) ---------------------------------------------------------------
-
-template <auto P>
-ATTNJIT_DEVICE void load_q(SharedStorage<P>& s, const TmaDesc& q_map, const md::Tile& t) {
-  using T = Traits<P>;
-  const int q_row = t.seq.start * P.num_heads + t.row0;
-  mbarrier_arrive_expect_tx(&s.q_full, kRowBoxes * T::kQChunkBytes);
-  for (int c = 0; c < kContentBoxes; ++c)
-    tma_load_2d(q_map, &s.q_full, s.q8 + c * T::kQChunkBytes, c * kBoxBytes, q_row);
-  tma_load_2d(q_map, &s.q_full, s.q_rope, kContentBytes, q_row);
-}
-
-
 // Zeroes the content bytes of key rows [first, 32) of a ring stage (whole 128-byte lines:
 // the swizzle permutes 16-byte units within a line).
 template <auto P>
@@ -324,7 +311,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   init_cta<kDynamicSmemBytes<P>, P.stages>(s, q_map, kv_map, rope_map);
   const md::Tile t = md::locate<P>(args.base, item);
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {
-    load_q<P>(s, q_map, t);
+    load_q8<P>(s, q_map, t);
     for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)
       load_kv<P>(s, kv_map, rope_map, args, t.batch, t.tile_begin + i, i);
   }

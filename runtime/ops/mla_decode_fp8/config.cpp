@@ -102,10 +102,10 @@ MlaDecodeFp8Config mla_decode_fp8_default_config(int num_heads, int q_len, int p
   c.max_q_len = q_len <= 1 ? 1 : (q_len <= 2 ? 2 : 8);  // as mla_decode: 1, 2 and MTP to 8
   c.page_size = page_size;
   // The narrow kernel (schedule 2) at every shape: the fastest on every issue 19 row, the
-  // h ≤ 16 rows by 2.5× and the compute-bound ones by 5-7 % over the seesaw, with zero
-  // spills (docs/performance.md, "The narrow schedule"). Its cost is e4m3 P′: rel_l2
-  // ~1e-2 where the widening kernels keep ~2e-3 (harness/mla_fp8_reference.hpp). The
-  // smallest wgmma N that holds q_len·h rows, else 32 (more row tiles per sequence).
+  // h ≤ 16 rows by 2.2-2.6× and the h 128 ones by 10-12 % over the seesaw, with zero
+  // spills (docs/performance.md, "mla_decode_fp8: the narrow kernel"). Its cost is e4m3
+  // P′: rel_l2 ~1e-2 where the widening kernels keep ~2e-3 (harness/mla_fp8_reference.hpp).
+  // The smallest wgmma N that holds q_len·h rows, else 32 (more row tiles per sequence).
   const int rows = c.max_q_len * num_heads;
   c.schedule = 2;
   c.block_m = rows <= 8 ? 8 : rows <= 16 ? 16 : 32;

@@ -95,10 +95,11 @@ void mla_decode_fp8(const MlaDecodeFp8Args& a, const MlaDecodeFp8Plan& plan, Wor
   const mla_detail::Sizes& s = f.s;
   if (s.b == 0 || s.total_q == 0) return;
 
-  // Byte-typed maps in unswizzled 128-byte boxes (the kernel widens them to bf16 itself):
-  // q [total_q·h, 640 | 576] in 64-row boxes; the cache [pages·page_size, 640 | 576 | 512]
-  // in 32-row boxes; the rope either the cache's columns 512.. (a 576-byte row's box is
-  // half out of bounds: zeros) or kv_rope [rows, 128 bytes].
+  // Byte-typed maps in 128-byte boxes: q [total_q·h, 640 | 576] in block_m-row boxes; the
+  // cache [pages·page_size, 640 | 576 | 512] in block_n-row boxes; the rope either the
+  // cache's columns 512.. (a 576-byte row's box is half out of bounds: zeros) or kv_rope
+  // [rows, 128 bytes]. Unswizzled for the widening kernels (they rewrite the bytes as bf16),
+  // 128B-swizzled where fp8 wgmma reads the boxes directly.
   const bool three = f.three;
   const int64_t row_bytes = f.per_tensor ? 576 : kMlaFp8RowBytes;
   const int64_t cache_rows = s.num_pages * s.page_size;
