@@ -1,9 +1,10 @@
 #pragma once
-// sm90_mla_decode_fp8_narrow: mla_decode_fp8 for few query rows (schedule 2: q_len·h ≤ 32 per
-// CTA, the memory-bound h ≤ 16 rows). The other schedules put the query rows on wgmma's M,
-// which is 64: at h = 16 three quarters of every tensor-core instruction is padding and the
-// kernel is bound by that work, not by the cache. This one transposes the problem so the
-// keys take M and the N = block_m query rows take wgmma's N (8 … 32):
+// sm90_mla_decode_fp8_narrow: mla_decode_fp8 with 8, 16 or 32 query rows per CTA (schedule
+// 2, the default; q_len·h beyond 32 runs several row tiles per sequence). The other
+// schedules put the query rows on wgmma's M, which is 64: at h = 16 three quarters of every
+// tensor-core instruction is padding and the kernel is bound by that work, not by the
+// cache. This one transposes the problem so the keys take M and the N = block_m query rows
+// take wgmma's N (8 … 32):
 //
 //   Sᵀ [64 keys × N]   = K_c·Q_cᵀ (16 SS e4m3 k32 steps, each a fresh accumulator added in
 //                        f32: see the qgmma kernel on fp8 accumulation) + K_r·Q_rᵀ (4 bf16
