@@ -160,6 +160,32 @@ ATTNJIT_DEVICE void load_kv(Storage& s, const TmaDesc& kv_map, const TmaDesc& ro
               a.rope_col, row, CacheHint::kEvictFirst);
 }
 
+// ---- the fp8 wgmma kernels' epilogue rows (fp8_mma 1 and the narrow schedule) ----------
+
+// Where a tile's rows go: out / lse (a whole sequence) or its partial slot.
+struct EpilogueRows {
+  bool partial;
+  i64 row0;  // packed row of the tile's first row in out or part_out
+};
+template <auto P>
+ATTNJIT_DEVICE EpilogueRows epilogue_rows(const layout::mla_decode::Args& b, const md::Tile& t) {
+  const bool partial = t.slot >= 0;
+  return {partial, partial ? static_cast<i64>(t.slot) * b.q.q_len * P.num_heads + t.row0
+                           : static_cast<i64>(t.seq.start) * P.num_heads + t.row0};
+}
+
+// The lse of the tile's row n (natural log), to lse when wanted or to its partial slot.
+template <auto P>
+ATTNJIT_DEVICE void store_lse(const layout::mla_decode::Args& b, const md::Tile& t, const EpilogueRows& r, int n,
+                              float lse) {
+  if (r.partial) {
+    b.part_lse[r.row0 + n] = lse;
+  } else if (b.lse != nullptr) {
+    const int gr = t.row0 + n;
+    b.lse[md::lse_index(b.q, t.batch, t.seq, P.num_heads, gr % P.num_heads, gr / P.num_heads)] = lse;
+  }
+}
+
 // ---- widening (WG0) -----------------------------------------------------------------------
 
 // Staged rows (kRowBoxes × [kRows][128 B]) → a bf16 tile (9 × [kRows][128 B], SW128). Rows

@@ -295,35 +295,25 @@ ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const md::Tile& t
   // (vt_fragment.cuh), accumulators i and i + 2 of one column: one bf16x2 (or float2).
   const layout::mla_decode::Args& b = a.base;
   const int rows_b = t.seq.q_len * P.num_heads;
-  const bool partial = t.slot >= 0;
-  const i64 row0 = partial ? static_cast<i64>(t.slot) * b.q.q_len * P.num_heads + t.row0
-                           : static_cast<i64>(t.seq.start) * P.num_heads + t.row0;
+  const EpilogueRows rows = epilogue_rows<P>(b, t);
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
     const int n = column(tid, c);
     if (t.row0 + n >= rows_b) continue;
     const float inv_l = l_all[c] > 0.0f ? (1.0f / 256.0f) / l_all[c] : 0.0f;
-    const i64 base = (row0 + n) * kValueDim + 16 * warp + 2 * g;
+    const i64 base = (rows.row0 + n) * kValueDim + 16 * warp + 2 * g;
     const int i0 = 4 * (c / 2) + c % 2;  // column c's accumulators: rows g (i0) and g + 8 (i0 + 2)
 #pragma unroll
     for (int blk = 0; blk < 4; ++blk) {
       const i64 at = base + 64 * (kMine + blk);
       const float lo = o[kMine + blk][i0] * inv_l, hi = o[kMine + blk][i0 + 2] * inv_l;
-      if (!partial)
+      if (!rows.partial)
         static_cast<u32*>(b.out)[at / 2] = pack2<DType::kBF16>(lo, hi);
       else
         *reinterpret_cast<float2*>(b.part_out + at) = make_float2(lo, hi);
     }
-    if (kHalf == 0 && warp == 0 && g == 0) {  // one thread per column writes its lse
-      const int gr = t.row0 + n;
-      const float lse = l_all[c] > 0.0f ? (m_all[c] + __log2f(l_all[c])) * kLn2 : neg_inf();
-      if (!partial) {
-        if (b.lse != nullptr)
-          b.lse[md::lse_index(b.q, t.batch, t.seq, P.num_heads, gr % P.num_heads, gr / P.num_heads)] = lse;
-      } else {
-        b.part_lse[row0 + n] = lse;
-      }
-    }
+    if (kHalf == 0 && warp == 0 && g == 0)  // one thread per column writes its lse
+      store_lse<P>(b, t, rows, n, l_all[c] > 0.0f ? (m_all[c] + __log2f(l_all[c])) * kLn2 : neg_inf());
   }
 }
 

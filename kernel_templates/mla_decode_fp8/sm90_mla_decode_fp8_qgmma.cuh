@@ -261,11 +261,9 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tiles) 
   // One 64-bit base per thread (row n = 0, this thread's dim pair); 32-bit offsets after:
   // 64-bit address math per store spills next to the 128 accumulators.
   const int dim0 = half * Traits<P>::kHalfDims + 16 * warp + 2 * g;
-  const bool partial = t.slot >= 0;
-  const i64 row0 = partial ? static_cast<i64>(t.slot) * b.q.q_len * P.num_heads + t.row0
-                           : static_cast<i64>(t.seq.start) * P.num_heads + t.row0;
-  u32* out_base = static_cast<u32*>(b.out) + (row0 * kValueDim + dim0) / 2;
-  float* part_base = b.part_out + row0 * kValueDim + dim0;
+  const EpilogueRows rows = epilogue_rows<P>(b, t);
+  u32* out_base = static_cast<u32*>(b.out) + (rows.row0 * kValueDim + dim0) / 2;
+  float* part_base = b.part_out + rows.row0 * kValueDim + dim0;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     if ((i / 2) % 2 != 0) continue;  // handled with its pair i - 2
@@ -276,21 +274,13 @@ ATTNJIT_DEVICE void pv_warpgroup(SharedStorage<P>& s, const Args& a, int tiles) 
 #pragma unroll
     for (int mb = 0; mb < 4; ++mb) {
       const int off = n * kValueDim + 64 * mb;
-      if (!partial)
+      if (!rows.partial)
         out_base[off / 2] = pack2<DType::kBF16>(o[mb][i] * inv, o[mb][i + 2] * inv);
       else
         *reinterpret_cast<float2*>(part_base + off) = make_float2(o[mb][i] * inv, o[mb][i + 2] * inv);
     }
-    if (half == 0 && warp == 0 && g == 0) {  // one thread per column writes its lse
-      const int gr = t.row0 + n;
-      const float lse = l > 0.0f ? (s.row_max[n] + __log2f(l)) * kLn2 : neg_inf();
-      if (!partial) {
-        if (b.lse != nullptr)
-          b.lse[md::lse_index(b.q, t.batch, t.seq, P.num_heads, gr % P.num_heads, gr / P.num_heads)] = lse;
-      } else {
-        b.part_lse[row0 + n] = lse;
-      }
-    }
+    if (half == 0 && warp == 0 && g == 0)  // one thread per column writes its lse
+      store_lse<P>(b, t, rows, n, l > 0.0f ? (s.row_max[n] + __log2f(l)) * kLn2 : neg_inf());
   }
 }
 
