@@ -59,8 +59,8 @@ struct MlaBranchProjection {
   std::vector<double> ideal;
   // [tokens, heads, N]: Σ_g σ_A·σ_W·Σ_k |A8·W|, the size of the terms `out` sums. The
   // device's f32 (or narrower wgmma) accumulation error is a multiple of it, its bf16
-  // store 2^-8·|out|: a sound limit is 2^-8·|out| + c·magnitude (c ≈ 2^-13 for Hopper's
-  // fp8 wgmma, whose accumulator keeps ~13 mantissa bits per k-step).
+  // store 2^-8·|out|: a sound limit is 2^-8·|out| + c·magnitude (c = 4 · 2^-13 for Hopper's
+  // fp8 wgmma, whose accumulator keeps ~13 mantissa bits through a group's four k-steps).
   std::vector<double> magnitude;
 };
 

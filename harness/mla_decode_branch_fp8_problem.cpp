@@ -462,7 +462,8 @@ double BranchProblem::flops() const {
 }
 
 // Issue 22's rows: b 128, q_len 1 and 2, h 128 and 16, cache 4096 and 32768, bf16 and fp8
-// caches, the whole branch; then each stage alone at q_len 1, h 128 and h 16 (cache 4096).
+// caches, the whole branch; then each stage alone at q_len 1, h 128 and h 16 (cache 4096);
+// then the projections alone at 16 tokens.
 std::vector<BranchCase> bench_cases() {
   std::vector<BranchCase> v;
   for (const json& s : ops::find_op("mla_decode_branch_fp8").tuning.bench_shapes) v.push_back(read_case(s));
@@ -474,6 +475,14 @@ std::vector<BranchCase> bench_cases() {
         c.fp8 = fp8, c.h = h, c.stage = st;
         v.push_back(c);
       }
+  // The projections at a decode step of 16 tokens (b 16, q_len 1), where issue 22 asks for
+  // the weights read at >= 2.0 TB/s.
+  for (int h : {128, 16})
+    for (MlaBranchStage st : {MlaBranchStage::kAbsorb, MlaBranchStage::kOutput}) {
+      BranchCase c;
+      c.b = 16, c.h = h, c.stage = st;
+      v.push_back(c);
+    }
   return v;
 }
 

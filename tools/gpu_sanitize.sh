@@ -32,6 +32,7 @@ tests=(
   "mla_prefill_sparse's softmax_wg schedule matches float64"
   "mla_decode_branch_fp8's rope stage: q bit for bit, hostile positions write nothing"
   "mla_decode_branch_fp8 replays from a CUDA graph with new activations"
+  "mla_decode_branch_fp8's projection: one small call per tile shape"
   "mha_fwd unchecked: hostile lengths, table entries and offsets stay in bounds"
   "mla_decode_fp8's three-tensor form equals the 640-byte form bit for bit"
   "mla_decode_fp8 replays from a CUDA graph with new lengths and values"

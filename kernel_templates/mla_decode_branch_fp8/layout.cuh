@@ -28,7 +28,7 @@ inline constexpr int kScaleBlock = 128;       // the block-scale granularity (k 
 inline constexpr float kActAmaxCap = 1200.0f;  // σ_A's bound on the group amax (the seed's)
 inline constexpr float kE4M3Max = 448.0f;
 
-// Grid: x = n block (N / block_n), y = head, z = token block (⌈tokens / block_m⌉).
+// Grid: x = W row block (N / block_n), y = head, z = token block (⌈tokens / block_m⌉).
 // Rows of A and out are addressed by (token, head) strides in elements, so A can be a
 // slice of a wider row (q's first 128 of 192) and out one of a wider row (the absorbed q's
 // first 512 of 576).
@@ -53,13 +53,37 @@ struct ProjArgs {
 };
 static_assert(sizeof(ProjArgs) == 80, "ProjArgs: the block cuLaunchKernelEx passes");
 
-inline constexpr int kProjThreads = 128;  // four warps, each owning block_n / 4 columns
+// The product runs transposed on wgmma: outᵀ[n, t] = Σ_k W[n, k] · A8[t, k], W's rows on
+// M (64 a row block: no padding whatever the token count) and the block_m tokens on N
+// (8 … 128). Two warpgroups: both quantize the activations, then each takes every other
+// 64-row block of W.
+inline constexpr int kProjWarpgroups = 2;
+inline constexpr int kProjThreads = 128 * kProjWarpgroups;
+inline constexpr int kProjRowBlock = 64;  // W rows per wgmma (M)
+// Activation chunks (16 bf16) a thread keeps in registers at once: block_m · K ≤ 32768.
+inline constexpr int kProjMaxActChunks = 8;
 
-// Dynamic shared memory of the projection: W [block_n][K] e4m3, A8 [block_m][K] e4m3 and
-// σ_A [block_m][K / 128] f32, rounded to 128 bytes.
+// Dynamic shared memory of the projection (offsets from a 1024-byte-aligned base; the
+// launch adds the alignment slack):
+//   w      e4m3 tiles [block_n / 64][K / 128][64 rows][128 B], 128B-swizzled (wgmma A)
+//   a8     e4m3 [K / 128][block_m rows][128 B], 128B-swizzled (wgmma B, K-major)
+//   sigma  f32 σ_A [K / 128][block_m]
+//   stage  bf16 [2 warpgroups][block_m][64]: a row block's output, staged for 16-byte stores
+struct ProjPlan {
+  unsigned w, a8, sigma, stage, bytes;
+};
+ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n) {
+  ProjPlan p{};
+  p.w = 0;
+  p.a8 = p.w + static_cast<unsigned>(block_n * k_dim);
+  p.sigma = p.a8 + static_cast<unsigned>(block_m * k_dim);
+  p.stage = (p.sigma + static_cast<unsigned>(k_dim / kScaleBlock * block_m * 4) + 127) / 128 * 128;
+  p.bytes = p.stage + static_cast<unsigned>(kProjWarpgroups * block_m * kProjRowBlock * 2);
+  return p;
+}
+inline constexpr unsigned kProjSmemAlign = 1024;  // a 128B-swizzle atom
 ATTNJIT_PLAN unsigned proj_smem_bytes(int k_dim, int block_m, int block_n) {
-  const int body = block_n * k_dim + block_m * k_dim + block_m * (k_dim / kScaleBlock) * 4;
-  return static_cast<unsigned>((body + 127) / 128 * 128);
+  return proj_plan(k_dim, block_m, block_n).bytes + kProjSmemAlign;
 }
 
 // ---- RoPE + RMSNorm + cache write -------------------------------------------------------

@@ -1,75 +1,72 @@
 #pragma once
 // mla_decode_branch_fp8's fp8 block-scale projection (layout.cuh: the math, ProjArgs, the
-// grid): out[t, h, n0 .. n0 + block_n) for block_m tokens of head h; activations quantized to
-// e4m3 on the fly (σ_A per token and 128-column group), W e4m3 with 128 × 128 scales σ_W.
-// One CTA = 4 warps, each owning block_n / 4 output columns: (1) activation rows into
-// registers, (2) each warp cp.asyncs its own W rows into the swizzled tile, (3) quantization
-// into the A8 tile and σ_A while W streams, (4) MMAs from ldmatrix fragments, a partial sum
-// per k group scaled into the accumulators, (5) bf16 rows out through shared memory.
+// grid, the shared-memory plan): out[t, h, n0 .. n0 + block_n) for block_m tokens of head h,
+// activations quantized to e4m3 on the fly (σ_A per token and 128-column group), W e4m3 with
+// 128 × 128 scales σ_W. The product runs transposed on fp8 wgmma — W's rows on M, the tokens
+// on N — so a decode step's 16 tokens cost 16 columns, not a padded 64-row tile.
+//   1. every W tile of the CTA is requested at once (cp.async into the 128B-swizzled wgmma
+//      layout, one commit group per tile, each warpgroup its own tiles in the order it uses
+//      them): the weights are the bytes that matter, and nothing waits before asking for them;
+//   2. both warpgroups quantize the activations into A8 and σ_A while W streams;
+//   3. each warpgroup, per 64-row block of W: per k group four m64nBk32 wgmmas into a fresh
+//      accumulator, scaled by σ_W · σ_A[t] into the block's sum; then the block's outᵀ goes
+//      through shared memory (stmatrix.trans) to 16-byte stores of the out rows.
 #include "common/arch.cuh"
 #include "common/fence.cuh"
+#include "common/named_barrier.cuh"
 #include "common/numeric.cuh"
 #include "common/smem.cuh"
 #include "common/types.cuh"
+#include "common/warpgroup.cuh"
+#include "common/wgmma.cuh"
 #include "mla_decode_branch_fp8/layout.cuh"
 
 namespace attnjit::mla_decode_branch_fp8 {
 
 using namespace attnjit::layout::mla_decode_branch_fp8;
 
-// ---- shared memory -------------------------------------------------------------------
-// e4m3 rows (K bytes) and staged bf16 rows (2·block_n bytes) are swizzled in 16-byte chunks:
-// chunk c of row r sits at c ^ (r % 8). Each access phase below touches one logical chunk of
-// 8 consecutive rows (ldmatrix's 8 row addresses, a fragment's 8 groupIDs): 8 bank quads.
-ATTNJIT_DEVICE u32 swizzled(int row, int row_bytes, int chunk) {
-  return static_cast<u32>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
+// One W tile: 64 rows × one 128-column k group (8 KiB), wgmma's A; A8's k group g is the
+// block_m × 128 B tile wgmma reads as B. 128-byte rows, so a 16-byte unit u of row r sits at
+// u ^ (r % 8) (the 128B swizzle, tiles on 1024-byte boundaries).
+using WTile = WgmmaKMajorTile<Swizzle::k128B, kProjRowBlock>;
+inline constexpr u32 kWTileBytes = WTile::kChunkBytes;
+static_assert(kWTileBytes == kProjRowBlock * kScaleBlock, "one swizzle span = one k group");
+ATTNJIT_DEVICE u32 swizzled_128(int row, int unit) {
+  return static_cast<u32>(row * 128 + ((unit ^ (row & 7)) << 4));
 }
 
-template <auto P>
-struct ProjSmem {
-  static constexpr int kGroups = P.k_dim / kScaleBlock;
-  static constexpr u32 kW = 0;                             // e4m3 [block_n][K]
-  static constexpr u32 kA = kW + P.block_n * P.k_dim;      // e4m3 [block_m][K]
-  static constexpr u32 kSigma = kA + P.block_m * P.k_dim;  // f32 [block_m][K / 128]
-  static constexpr u32 kOut = 0;  // bf16 [block_m][block_n], over W and A8 after the MMAs
-  static_assert(kOut + P.block_m * P.block_n * 2 <= kSigma, "the output tile fits W + A8");
-  static_assert(kSigma + P.block_m * kGroups * 4 <= proj_smem_bytes(P.k_dim, P.block_m, P.block_n),
-                "layout.cuh's plan");
-};
+// Barrier 0 is __syncthreads(); each warpgroup waits for its own W tiles and staging buffer.
+enum class ProjBar : u32 { kSyncThreads = 0, kWarpgroup0, kWarpgroup1, kCount };
+static_assert(static_cast<int>(ProjBar::kCount) <= kNamedBarrierCount);
 
 // ---- PTX -------------------------------------------------------------------------------
 ATTNJIT_DEVICE void cp_async_16(u32 dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 ATTNJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-ATTNJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// Waits until at most `pending` of this thread's commit groups are in flight; `pending` is a
+// constant once the caller's loop is unrolled, and the switch folds to one instruction.
+ATTNJIT_DEVICE void cp_async_wait_pending(int pending) {
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+  }
+}
 
-ATTNJIT_DEVICE void ldsm_x4(u32 addr, u32 (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
+// Four (x4) or two (x2) 8 × 8 bf16 matrices, stored transposed: register q of lane l holds
+// row l / 4, columns 2·(l % 4) and +1 of matrix q; stored row c of matrix q (its column c)
+// goes to the address lane 8q + c gives.
+ATTNJIT_DEVICE void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
 }
-
-// sm_90 has no fp8 mma.sync: ptxas lowers mma.m16n8k32.e4m3 to e4m3 → f16 conversions, two
-// HMMA.16816 into zeroed registers and four FADDs. Split here, the HMMAs accumulate in place:
-// an fp8 fragment register (4 consecutive k bytes) gives its low pair to one m16n8k16 step and
-// its high pair to the other, in A and B alike, so the two steps sum exactly the k32 step's
-// products (e4m3 values are exact in f16, their products in f32).
-ATTNJIT_DEVICE void e4m3x4_to_f16(u32 v, u32& lo, u32& hi) {
-  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2;\n"
-      "cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
-      : "=r"(lo), "=r"(hi)
-      : "r"(v));
-}
-
-// d += A · B over one 16 × 8 × 16 f16 step, f32 accumulation.
-ATTNJIT_DEVICE void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, "
-      "%7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+ATTNJIT_DEVICE void stmatrix_x2_trans(u32 addr, u32 r0, u32 r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(r0),
+               "r"(r1)
+               : "memory");
 }
 
 // Two floats → two e4m3 codes (RN, saturating) in the low 16 bits, `lo` in the low byte
@@ -133,15 +130,19 @@ ATTNJIT_DEVICE float act_quotients(float amax, float (&x)[16]) {
   return sigma;
 }
 
-// Thread i takes the 32-byte chunks (16 bf16) c = j·128 + i of the row-major [block_m][K]
-// tile: a warp reads 1 KiB of a row (K = 512) or four 256-byte rows (K = 128), 8 consecutive
-// lanes hold one (row, group). All loads go out at once (≤ 16 chunks: 128 registers).
+// Thread i takes the 32-byte chunks (16 bf16) c = j·256 + i of the row-major [block_m][K]
+// tile: 8 consecutive lanes hold one (token, k group), a warp reads 1 KiB of a row (K = 512)
+// or four 256-byte rows (K = 128). All loads go out at once (≤ 8 chunks: 64 registers).
 template <auto P>
 struct ActTile {
   static constexpr int kRowChunks = P.k_dim / 16;
-  static constexpr int kChunks = P.block_m * kRowChunks / kProjThreads;  // 1 .. 16
-  static_assert(kChunks >= 1 && kRowChunks % 8 == 0, "8 lanes = one group");
+  static constexpr int kAll = P.block_m * kRowChunks;
+  static constexpr int kChunks = (kAll + kProjThreads - 1) / kProjThreads;  // 1 .. 8
+  static_assert(kChunks <= kProjMaxActChunks, "block_m · K <= 32768 (layout.cuh)");
+  static_assert(kAll % kWarpSize == 0, "a warp's lanes all hold chunks, or none do");
   uint4 v[kChunks][2];
+
+  ATTNJIT_DEVICE static bool owned(int c) { return kAll % kProjThreads == 0 || c < kAll; }
 
   // Zeros for rows past `tokens` (amax 0: σ_A = 0, codes 0).
   ATTNJIT_DEVICE void load(const ProjArgs& a, int m0) {
@@ -151,7 +152,7 @@ struct ActTile {
       const int c = i * kProjThreads + static_cast<int>(threadIdx.x);
       const int t = m0 + c / kRowChunks;
       v[i][0] = v[i][1] = make_uint4(0u, 0u, 0u, 0u);
-      if (t >= a.tokens) continue;
+      if (!owned(c) || t >= a.tokens) continue;
       const auto* src =
           reinterpret_cast<const uint4*>(a_head + t * a.a_token_stride + (c % kRowChunks) * 16);
       v[i][0] = __ldg(src);
@@ -159,12 +160,15 @@ struct ActTile {
     }
   }
 
-  // The A8 codes (one 16-byte chunk of a swizzled row per lane) and σ_A (the group's first lane).
-  ATTNJIT_DEVICE void quantize(u32 s_a8, u32 s_sigma) const {
+  // The A8 codes (one 16-byte unit of k group g's tile per lane) and σ_A (the group's first
+  // lane), at the plan's offsets from the aligned base s.
+  ATTNJIT_DEVICE void quantize(u32 s) const {
+    constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n);
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int c = i * kProjThreads + static_cast<int>(threadIdx.x);
-      const int row = c / kRowChunks, chunk = c % kRowChunks;
+      if (!owned(c)) continue;  // warp-uniform
+      const int row = c / kRowChunks, g = c % kRowChunks / 8, unit = c % 8;
       const u32 w[8] = {v[i][0].x, v[i][0].y, v[i][0].z, v[i][0].w,
                         v[i][1].x, v[i][1].y, v[i][1].z, v[i][1].w};
       float x[16], m = 0.0f;
@@ -180,10 +184,9 @@ struct ActTile {
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         code[j] = e4m3x2(x[4 * j], x[4 * j + 1]) | e4m3x2(x[4 * j + 2], x[4 * j + 3]) << 16;
-      st_shared_16(s_a8 + swizzled(row, P.k_dim, chunk),
+      st_shared_16(s + L.a8 + g * P.block_m * 128 + swizzled_128(row, unit),
                    make_uint4(code[0], code[1], code[2], code[3]));
-      if ((lane_id() & 7) == 0)
-        st_shared_f32(s_sigma + (row * (P.k_dim / kScaleBlock) + chunk / 8) * 4, sigma);
+      if (unit == 0) st_shared_f32(s + L.sigma + (g * P.block_m + row) * 4, sigma);
     }
   }
 };
@@ -193,136 +196,133 @@ template <auto P>
 __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a) {
   static_assert((P.k_dim == 128 && P.n_dim == 512) || (P.k_dim == 512 && P.n_dim == 128),
                 "the two MLA projections: K = 128, N = 512 or K = 512, N = 128");
-  static_assert((P.block_m == 16 || P.block_m == 32 || P.block_m == 64) &&
-                    (P.block_n == 64 || P.block_n == 128) && P.n_dim % P.block_n == 0,
-                "block_m 16, 32 or 64; block_n 64 or 128 (one σ_W per k group), dividing N");
-  using L = ProjSmem<P>;
-  constexpr int K = P.k_dim, kGroups = K / kScaleBlock;
-  constexpr int kWarpN = P.block_n / 4;  // columns per warp: 16 or 32
-  constexpr int kNT = kWarpN / 8;        // n tiles of 8 per warp: 2 or 4 (even: ldsm .x4)
-  constexpr int kMT = P.block_m / 16;    // m tiles of 16: 1, 2 or 4
-  extern __shared__ __align__(128) unsigned char smem[];
-  const u32 s0 = smem_u32(smem);
+  static_assert(P.block_m == 8 || P.block_m == 16 || P.block_m == 32 || P.block_m == 64 ||
+                    P.block_m == 128,
+                "block_m: wgmma N, 8 … 128 tokens");
+  static_assert(P.block_n % (kProjWarpgroups * kProjRowBlock) == 0 && P.n_dim % P.block_n == 0,
+                "block_n: whole 64-row blocks for both warpgroups, dividing N");
+  constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n);
+  constexpr int K = P.k_dim, kGroups = K / kScaleBlock, kN = P.block_m;
+  constexpr int kBlocks = P.block_n / kProjRowBlock / kProjWarpgroups;  // row blocks per warpgroup
+  constexpr int kTiles = kBlocks * kGroups;                             // W tiles per warpgroup
+  static_assert(kTiles <= 4, "cp_async_wait_pending covers 4 commit groups");
+  using ATile = WgmmaKMajorTile<Swizzle::k128B, kN>;  // A8's k group: wgmma's B
+  extern __shared__ unsigned char smem_raw[];
+  // The plan's offsets are from a 1024-byte boundary (the 128B swizzle atom).
+  const u32 s0 = (smem_u32(smem_raw) + kProjSmemAlign - 1) & ~(kProjSmemAlign - 1);
   const int h = blockIdx.y, n0 = blockIdx.x * P.block_n, m0 = blockIdx.z * P.block_m;
-  const int tid = threadIdx.x, lane = lane_id(), warp = warp_id();
   if (m0 >= a.tokens) return;  // uniform: a grid larger than ⌈tokens / block_m⌉
+  const int wg = warpgroup_id_uniform(), t = thread_in_warpgroup();
+  const ProjBar bar = wg == 0 ? ProjBar::kWarpgroup0 : ProjBar::kWarpgroup1;
 
-  // 1. Activations before W: behind every CTA's weight requests (8 MB at h = 128) they would
-  // arrive last, and their quantization would not overlap the W stream. Activations the
-  // previous kernel writes (a_ready 0) wait for it: then W goes first, under that wait.
+  // Activations the previous kernel does not write (a_ready) go out first: behind the CTA's
+  // weight requests they would arrive last and their quantization would not overlap W.
   ActTile<P> act;
   if (a.a_ready) act.load(a, m0);
 
-  // 2. W [block_n][K]: each warp copies the block_n / 4 rows it multiplies by (contiguous in
-  // global) in address order, and waits for them alone. (In K / 128 strided passes, one per k
-  // group, W landed ~1.3 µs later at h = 128 on an H200.)
-  const unsigned char* w_warp = a.w + (static_cast<i64>(h) * P.n_dim + n0 + warp * kWarpN) * K;
-#pragma unroll 4  // fully unrolled, every copy's address would sit in a register beside `act`
-  for (int j = 0; j < kWarpN * K / 16 / kWarpSize; ++j) {
-    const int i = j * kWarpSize + lane;  // 16-byte chunk i of the warp's rows
-    cp_async_16(s0 + L::kW + swizzled(warp * kWarpN + i / (K / 16), K, i % (K / 16)),
-                w_warp + i * 16);
-  }
-  cp_async_commit();
-  // σ_W[h, n0 / 128, g]: one per k group for the whole CTA (block_n ≤ 128).
-  float sigma_w[kGroups];
-  const float* ws =
-      a.w_scale + (static_cast<i64>(h) * (P.n_dim / kScaleBlock) + n0 / kScaleBlock) * kGroups;
+  // 1. This warpgroup's W tiles: row block b = wg + 2j, k group g, tile i = j·kGroups + g,
+  // in the order it multiplies them; 4 units of 16 bytes per thread each, 8 lanes a row.
+  const unsigned char* w_head = a.w + (static_cast<i64>(h) * P.n_dim + n0) * K;
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g) sigma_w[g] = __ldg(ws + g);
+  for (int i = 0; i < kTiles; ++i) {
+    const int b = wg + kProjWarpgroups * (i / kGroups), g = i % kGroups;
+    const u32 tile = s0 + L.w + (b * kGroups + g) * kWTileBytes;
+#pragma unroll
+    for (int j = 0; j < kWTileBytes / 16 / kWarpgroupThreads; ++j) {
+      const int c = j * kWarpgroupThreads + t, row = c / 8, unit = c % 8;
+      cp_async_16(tile + swizzled_128(row, unit),
+                  w_head + (b * kProjRowBlock + row) * K + g * kScaleBlock + unit * 16);
+    }
+    cp_async_commit();
+  }
   // The previous kernel's writes are visible past this point, and it has finished: a kernel
   // launched after this one in the stream may rely on both (layout.cuh, ProjArgs).
   pdl_wait_prior_grids();
   if (!a.a_ready) act.load(a, m0);
+  // σ_W[h, (n0 + 64 b) / 128, g] of this warpgroup's blocks, requested after the activations:
+  // ptxas keeps them in uniform registers and waits for them where they are loaded, which
+  // ahead of the activation loads put a DRAM latency in front of those (ncu, 128 tokens).
+  float sigma_w[kBlocks][kGroups];
+#pragma unroll
+  for (int j = 0; j < kBlocks; ++j)
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      sigma_w[j][g] = __ldg(a.w_scale + (static_cast<i64>(h) * (P.n_dim / kScaleBlock) +
+                                         (n0 + (wg + kProjWarpgroups * j) * kProjRowBlock) / kScaleBlock) *
+                                            kGroups +
+                            g);
 
-  // 3. A8 and σ_A, while W streams in.
-  act.quantize(s0 + L::kA, s0 + L::kSigma);
-
-  // 4. MMAs. ldmatrix .x4: lanes 8q..8q+7 give the row addresses of matrix q, and register q
-  // of lane l holds row l / 4, bytes 4·(l % 4)..+3 of matrix q — one fp8 fragment register.
-  //   A (16 rows × 32 k bytes): matrix q = rows 8·(q % 2).., k bytes 16·(q / 2)..
-  //     → a0 (row gid, k 4·tig..), a1 (gid + 8), a2 (gid, k 16 + 4·tig..), a3 (gid + 8, k 16..)
-  //   B (W rows = n, k-contiguous = the .col operand): matrix q = n rows 8·(q / 2).. of a
-  //     16-column pair, k bytes 16·(q % 2).. → b0, b1 of n tile 2p, then b0, b1 of 2p + 1.
-  // Every row either reads is ≡ lane (mod 8), so its swizzle term is lane % 8.
-  const int gid = lane >> 2, tig = lane & 3, lane_swz = lane & 7;
-  const int a_half = lane >> 4, b_half = (lane >> 3) & 1;
-  const u32 a_base = s0 + L::kA + ((lane & 7) + (lane & 8)) * K;
-  const u32 b_base = s0 + L::kW + (warp * kWarpN + (lane & 7) + ((lane >> 4) << 3)) * K;
-
-  // acc[mt][nt][4]: rows 16·mt + gid (+8 for [2], [3]), cols warp·kWarpN + 8·nt + 2·tig (+1)
-  float acc[kMT][kNT][4] = {};
-  __syncthreads();      // A8 and σ_A are written
-  cp_async_wait_all();  // this lane's W copies have landed,
-  __syncwarp();         // and the warp's: its B operand is its own rows
-  // Each group's partials are an independent chain of 8 MMAs: unrolled, ptxas interleaves the
-  // groups' chains — while all partials fit 64 registers (past that, 64 × 128 tiles spill).
-  constexpr int kGroupUnroll = kMT * kNT * 4 * kGroups <= 64 ? kGroups : 1;
-#pragma unroll kGroupUnroll
-  for (int g = 0; g < kGroups; ++g) {
-    float part[kMT][kNT][4] = {};  // Σ over group g only, the layout of acc
-#pragma unroll
-    for (int kk = 0; kk < kScaleBlock / 32; ++kk) {
-      const u32 a_off = g * 128 + (((kk * 2 + a_half) ^ lane_swz) << 4);
-      const u32 b_off = g * 128 + (((kk * 2 + b_half) ^ lane_swz) << 4);
-      // bh[nt][half][reg]: the f16 B fragment (b0, b1) of n tile nt for k step `half`
-      u32 bh[kNT][2][2];
-#pragma unroll
-      for (int p = 0; p < kNT / 2; ++p) {
-        u32 b8[4];  // fp8 b0, b1 of n tile 2p, then of 2p + 1
-        ldsm_x4(b_base + p * 16 * K + b_off, b8);
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          e4m3x4_to_f16(b8[r], bh[2 * p + r / 2][0][r % 2], bh[2 * p + r / 2][1][r % 2]);
-      }
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        u32 a8[4], ah[2][4];  // fp8 a0..a3; ah[half]: the f16 A fragment of k step `half`
-        ldsm_x4(a_base + mt * 16 * K + a_off, a8);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) e4m3x4_to_f16(a8[r], ah[0][r], ah[1][r]);
-#pragma unroll
-        for (int i = 0; i < kNT * 2; ++i)  // n tile i / 2, k step i % 2
-          mma_f16(part[mt][i / 2], ah[i % 2], bh[i / 2][i % 2][0], bh[i / 2][i % 2][1]);
-      }
-    }
-    float sigma_wg = sigma_w[0];  // σ_W[g] by selects (indexed in a rolled loop, sigma_w
-#pragma unroll                    // would go to local memory)
-    for (int gg = 1; gg < kGroups; ++gg) sigma_wg = g == gg ? sigma_w[gg] : sigma_wg;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-      const u32 s_row = s0 + L::kSigma + ((mt * 16 + gid) * kGroups + g) * 4;
-      const float s_lo = ld_shared_f32(s_row) * sigma_wg;  // rows gid, gid + 8
-      const float s_hi = ld_shared_f32(s_row + 8 * kGroups * 4) * sigma_wg;
-#pragma unroll
-      for (int i = 0; i < kNT * 4; ++i)
-        acc[mt][i / 4][i % 4] =
-            fmaf(part[mt][i / 4][i % 4], i % 4 < 2 ? s_lo : s_hi, acc[mt][i / 4][i % 4]);
-    }
-  }
-
-  // 5. bf16 [block_m][block_n] over W and A8 (every warp is past its last ldmatrix); a quad
-  // writes one 16-byte chunk of each of 8 rows per store.
+  // 2. A8 and σ_A, while W streams in; published to wgmma (the async proxy) by the fence.
+  act.quantize(s0);
+  fence_proxy_async_smem();
   __syncthreads();
-  constexpr int kOutRow = P.block_n * 2;
-#pragma unroll
-  for (int i = 0; i < kMT * kNT * 2; ++i) {
-    const int mt = i / (2 * kNT), nt = i / 2 % kNT, r = 2 * (i % 2);  // r: rows gid, gid + 8
-    st_shared_u32(
-        s0 + L::kOut + swizzled(mt * 16 + gid + 4 * r, kOutRow, warp * kWarpN / 8 + nt) + tig * 4,
-        pack2<DType::kBF16>(acc[mt][nt][r], acc[mt][nt][r + 1]));
-  }
-  __syncthreads();
-  // Rows of 128 or 256 bytes by 16-byte stores (the host checks out's rows are 16-byte aligned).
+
+  // 3. Per row block: outᵀ[64 n × kN t] in the accumulator layout (common/wgmma.cuh): float i
+  // of thread (warp w, lane l) is row n = 16w + l/4 + 8·((i/2) % 2), token 8·(i/4) + 2·(l%4) + i%2.
+  const int lane = lane_id(), warp = t / kWarpSize;
+  const u32 stage = s0 + L.stage + wg * kN * kProjRowBlock * 2;  // bf16 [kN][64]
   unsigned short* out_head = a.out + static_cast<i64>(h) * a.out_head_stride + n0;
-  constexpr int kRowOutChunks = P.block_n / 8;
 #pragma unroll
-  for (int j = 0; j < P.block_m * kRowOutChunks / kProjThreads; ++j) {
-    const int i = j * kProjThreads + tid, row = i / kRowOutChunks, c = i % kRowOutChunks;
-    const int t = m0 + row;
-    if (t < a.tokens)
-      *reinterpret_cast<uint4*>(out_head + t * a.out_token_stride + c * 8) =
-          ld_shared_16(s0 + L::kOut + swizzled(row, kOutRow, c));
+  for (int j = 0; j < kBlocks; ++j) {
+    const int b = wg + kProjWarpgroups * j;
+    float acc[kN / 2];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int i = j * kGroups + g;
+      cp_async_wait_pending(kTiles - 1 - i);  // this thread's copies of tile i have landed,
+      fence_proxy_async_smem();               // are visible to wgmma,
+      named_barrier_sync(bar, kWarpgroupThreads);  // and so are the warpgroup's
+      const u32 tile = s0 + L.w + (b * kGroups + g) * kWTileBytes;
+      const u32 a8 = s0 + L.a8 + g * kN * 128;
+      float part[kN / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kScaleBlock / 32; ++kk)
+        wgmma_ss<DType::kE4M3, kN>(part, WTile::desc(tile, 32 * kk), ATile::desc(a8, 32 * kk), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(part);
+      // The group's scale: σ_W of the block times σ_A of each column (token).
+#pragma unroll
+      for (int c = 0; c < kN / 8; ++c) {
+        const u32 sa = s0 + L.sigma + (g * kN + 8 * c + 2 * (lane % 4)) * 4;
+        const float s_lo = ld_shared_f32(sa) * sigma_w[j][g], s_hi = ld_shared_f32(sa + 4) * sigma_w[j][g];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int q = 4 * c + r;
+          const float s = r % 2 ? s_hi : s_lo;
+          acc[q] = g == 0 ? part[q] * s : fmaf(part[q], s, acc[q]);
+        }
+      }
+    }
+
+    // 4. outᵀ → bf16 [kN tokens][64 n] in the warpgroup's stage (128-byte rows, swizzled): the
+    // 8 × 8 matrix (token block c, row half hf) is register pack(acc[4c + 2hf], +1); stored
+    // transposed, its row (token 8c + r) takes the 8 n values 16w + 8hf .. as one unit.
+    // (The stage is free: the block's first tile barrier came after the previous block's stores.)
+    const int r = lane % 8, mq = lane / 8;  // the row this lane addresses, of matrix mq
+    if constexpr (kN % 16 == 0) {
+#pragma unroll
+      for (int c = 0; c < kN / 8; c += 2) {
+        const int tok = 8 * (c + mq / 2) + r, unit = 2 * warp + mq % 2;
+        stmatrix_x4_trans(stage + swizzled_128(tok, unit), pack2<DType::kBF16>(acc[4 * c], acc[4 * c + 1]),
+                          pack2<DType::kBF16>(acc[4 * c + 2], acc[4 * c + 3]),
+                          pack2<DType::kBF16>(acc[4 * c + 4], acc[4 * c + 5]),
+                          pack2<DType::kBF16>(acc[4 * c + 6], acc[4 * c + 7]));
+      }
+    } else {  // kN = 8: lanes 0..15 address the two matrices
+      stmatrix_x2_trans(stage + swizzled_128(r, 2 * warp + mq % 2), pack2<DType::kBF16>(acc[0], acc[1]),
+                        pack2<DType::kBF16>(acc[2], acc[3]));
+    }
+    named_barrier_sync(bar, kWarpgroupThreads);
+    // Rows of 128 bytes by 16-byte stores (the host checks out's rows are 16-byte aligned).
+#pragma unroll
+    for (int k = 0; k < (kN * 8 + kWarpgroupThreads - 1) / kWarpgroupThreads; ++k) {
+      const int c = k * kWarpgroupThreads + t, row = c / 8, unit = c % 8, tok = m0 + row;
+      if (row < kN && tok < a.tokens)
+        *reinterpret_cast<uint4*>(out_head + tok * a.out_token_stride + b * kProjRowBlock + unit * 8) =
+            ld_shared_16(stage + swizzled_128(row, unit));
+    }
   }
 }
 

@@ -78,7 +78,8 @@ TEST_CASE("mla_decode_branch_fp8 config: defaults, rules, JSON and the registry"
         CHECK_NOTHROW(c.validate());
         CHECK(c.k_dim == k);
         CHECK(c.n_dim == (k == 128 ? 512 : 128));
-        CHECK(c.block_m >= std::min(tokens, 64));
+        CHECK(c.block_m >= std::min(tokens, k == 512 ? 32 : 128));
+        CHECK(c.block_m <= std::max(8, 2 * tokens));
         CHECK(MlaBranchProjConfig::from_json(c.to_json()) == c);
       }
   MlaBranchProjConfig bad = mla_branch_proj_default_config(128, 1, 128);
@@ -87,8 +88,13 @@ TEST_CASE("mla_decode_branch_fp8 config: defaults, rules, JSON and the registry"
   bad = mla_branch_proj_default_config(512, 1, 128);
   bad.block_n = 128;
   CHECK_NOTHROW(bad.validate());
-  bad.block_m = 8;
+  bad.block_m = 128;  // 128 tokens × 512 activations: past what the threads hold
+  REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "block_m", "32768");
+  bad.block_m = 12;
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "block_m");
+  bad = mla_branch_proj_default_config(512, 1, 128);
+  bad.block_n = 256;
+  REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "block_n", "n_dim");
   REQUIRE_ERROR(MlaBranchProjConfig::from_json(R"({"k_dim": 128, "tile": 3})"), ErrorKind::kUnsupportedConfig, "tile");
   const ops::OpSpec& main = ops::find_op("mla_decode_branch_fp8");
   CHECK(!main.default_set().empty());

@@ -145,6 +145,17 @@ void launch_rope(const MlaDecodeBranchFp8Args& a, const Sizes& s, MlaBranchCache
   k.launch(shape, stream, args);
 }
 
+// The projection grid's z: token blocks of block_m, at most 65535 (checked by the plan and by
+// mla_branch_project before anything runs).
+int64_t token_blocks(int64_t tokens, const MlaBranchProjConfig& c, const char* name) {
+  const int64_t blocks = (tokens + c.block_m - 1) / c.block_m;
+  if (blocks > 65535)
+    fail_arg(name, fmt::format("{} tokens need {} blocks of block_m = {}: the grid's z dimension "
+                               "holds 65535 (a larger block_m, or fewer tokens a call)",
+                               tokens, blocks, c.block_m));
+  return blocks;
+}
+
 // One projection: a [tokens, h, ≥ K] → out [tokens, h, ≥ N] (checked by the caller).
 // a_ready: a does not come from the kernel before this one in the stream (ProjArgs).
 void launch_project(const TensorView& a, const TensorView& w, const TensorView& w_scale,
@@ -169,7 +180,7 @@ void launch_project(const TensorView& a, const TensorView& w, const TensorView& 
   shape.programmatic_dependent_launch = true;
   shape.grid[0] = static_cast<unsigned>(c.n_dim / c.block_n);
   shape.grid[1] = static_cast<unsigned>(heads);
-  shape.grid[2] = static_cast<unsigned>((tokens + c.block_m - 1) / c.block_m);
+  shape.grid[2] = static_cast<unsigned>(token_blocks(tokens, c, "a"));
   shape.block[0] = dev::kProjThreads;
   shape.dynamic_smem = k.dynamic_smem_bytes();
   void* args[] = {&pa};
@@ -224,6 +235,8 @@ MlaDecodeBranchFp8Plan mla_decode_branch_fp8_plan(const MlaDecodeBranchFp8Shape&
   if (p.output.k_dim != dev::kLatentDim)
     fail_config("output.k_dim", fmt::format("the output projection reduces the 512 latent columns, got {}",
                                             p.output.k_dim));
+  token_blocks(shape.tokens, p.absorb, "shape.tokens");
+  token_blocks(shape.tokens, p.output, "shape.tokens");
   const bool fp8 = shape.cache == MlaBranchCache::kFp8Token;
   if (fp8) {
     p.attention_fp8 = mla_decode_fp8_plan(fp8_shape(shape));
@@ -323,6 +336,7 @@ void mla_branch_project(const TensorView& a, const TensorView& w, const TensorVi
   mla_branch_detail::check_weight(w, "w", w_scale, "w_scale", heads, config.n_dim, config.k_dim);
   mla_branch_detail::check_rows(out, "out", tokens, heads, config.n_dim);
   if (tokens * heads > INT32_MAX) fail_arg("a", "more than 2^31 rows");
+  token_blocks(tokens, config, "a");
   check_device(a, "a");
   launch_project(a, w, w_scale, out, config, /*a_ready=*/false, stream);
 }
