@@ -68,9 +68,13 @@ inline constexpr int kProjMaxActChunks = 8;
 //   w      e4m3 tiles [block_n / 64][K / 128][64 rows][128 B], 128B-swizzled (wgmma A)
 //   a8     e4m3 [K / 128][block_m rows][128 B], 128B-swizzled (wgmma B, K-major)
 //   sigma  f32 σ_A [K / 128][block_m]
-//   stage  bf16 [2 warpgroups][block_m][64]: a row block's output, staged for 16-byte stores
+//   stage  bf16 [2 warpgroups][block_m][64]: a row block's output, staged for 16-byte stores;
+//          none where it fits the row block's own W tiles, dead once its wgmmas are done
+//          (block_m · 128 B <= (K / 128) · 8 KiB): the output projection at block_m 64 then
+//          fits two CTAs an SM.
 struct ProjPlan {
   unsigned w, a8, sigma, stage, bytes;
+  bool stage_over_w;
 };
 ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n) {
   ProjPlan p{};
@@ -78,7 +82,8 @@ ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n) {
   p.a8 = p.w + static_cast<unsigned>(block_n * k_dim);
   p.sigma = p.a8 + static_cast<unsigned>(block_m * k_dim);
   p.stage = (p.sigma + static_cast<unsigned>(k_dim / kScaleBlock * block_m * 4) + 127) / 128 * 128;
-  p.bytes = p.stage + static_cast<unsigned>(kProjWarpgroups * block_m * kProjRowBlock * 2);
+  p.stage_over_w = block_m * kProjRowBlock * 2 <= k_dim / kScaleBlock * kProjRowBlock * kScaleBlock;
+  p.bytes = p.stage + (p.stage_over_w ? 0u : static_cast<unsigned>(kProjWarpgroups * block_m * kProjRowBlock * 2));
   return p;
 }
 inline constexpr unsigned kProjSmemAlign = 1024;  // a 128B-swizzle atom

@@ -260,7 +260,6 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
   // 3. Per row block: outᵀ[64 n × kN t] in the accumulator layout (common/wgmma.cuh): float i
   // of thread (warp w, lane l) is row n = 16w + l/4 + 8·((i/2) % 2), token 8·(i/4) + 2·(l%4) + i%2.
   const int lane = lane_id(), warp = t / kWarpSize;
-  const u32 stage = s0 + L.stage + wg * kN * kProjRowBlock * 2;  // bf16 [kN][64]
   unsigned short* out_head = a.out + static_cast<i64>(h) * a.out_head_stride + n0;
 #pragma unroll
   for (int j = 0; j < kBlocks; ++j) {
@@ -296,10 +295,15 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
       }
     }
 
-    // 4. outᵀ → bf16 [kN tokens][64 n] in the warpgroup's stage (128-byte rows, swizzled): the
-    // 8 × 8 matrix (token block c, row half hf) is register pack(acc[4c + 2hf], +1); stored
+    // 4. outᵀ → bf16 [kN tokens][64 n] in the warpgroup's stage (128-byte rows, swizzled): over
+    // the block's own W tiles once every warp's wgmmas have read them, else its own region.
+    const u32 stage = L.stage_over_w ? s0 + L.w + b * kGroups * kWTileBytes
+                                     : s0 + L.stage + wg * kN * kProjRowBlock * 2;
+    if constexpr (L.stage_over_w) named_barrier_sync(bar, kWarpgroupThreads);
+    // The 8 × 8 matrix (token block c, row half hf) is register pack(acc[4c + 2hf], +1); stored
     // transposed, its row (token 8c + r) takes the 8 n values 16w + 8hf .. as one unit.
-    // (The stage is free: the block's first tile barrier came after the previous block's stores.)
+    // (A separate stage is free: the block's first tile barrier came after the previous
+    // block's stores.)
     const int r = lane % 8, mq = lane / 8;  // the row this lane addresses, of matrix mq
     if constexpr (kN % 16 == 0) {
 #pragma unroll

@@ -78,7 +78,7 @@ TEST_CASE("mla_decode_branch_fp8 config: defaults, rules, JSON and the registry"
         CHECK_NOTHROW(c.validate());
         CHECK(c.k_dim == k);
         CHECK(c.n_dim == (k == 128 ? 512 : 128));
-        CHECK(c.block_m >= std::min(tokens, k == 512 ? 32 : 128));
+        CHECK(c.block_m >= std::min(tokens, k == 512 ? 64 : 128));
         CHECK(c.block_m <= std::max(8, 2 * tokens));
         CHECK(MlaBranchProjConfig::from_json(c.to_json()) == c);
       }

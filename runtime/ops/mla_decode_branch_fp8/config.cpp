@@ -106,15 +106,17 @@ MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int nu
   c.k_dim = k_dim == 512 ? 512 : 128;
   c.n_dim = c.k_dim == 128 ? 512 : 128;
   // The smallest token tile that holds the step (wgmma N: no idle columns at decode sizes),
-  // up to 128 (K 128) or 32 (K 512: two CTAs an SM, where 64 fits one; H200, 128 tokens at
-  // h 128: 17.9 µs at 32, 18.6 at 64, 23.9 at 16).
-  const int max_m = c.k_dim == 512 ? 32 : 128;
+  // up to what a thread's activation registers allow (128 at K 128, 64 at K 512). H200, h 128,
+  // the output projection at 64 / 128 / 256 tokens: 11.7 / 16.1 / 27.7 µs at block_m 64,
+  // 11.8 / 18.1 / 29.5 at 32.
+  const int max_m = c.k_dim == 512 ? 64 : 128;
   c.block_m = 8;
   while (c.block_m < tokens && c.block_m < max_m) c.block_m *= 2;
   // The absorption: 128 rows (four CTAs a head, the most weight requests in flight) while
   // the weights dominate (16 tokens: 7.5 µs against 7.7 at 256 and 8.1 at 512); from 33
   // tokens on, 256 rows halve the re-quantization of each head's activations (128 tokens:
-  // 13.0 µs against 14.8 at 128). The output projection has 128 rows in all.
+  // 12.1 µs against 14.8 at 128 and 13.9 at 512; 64 and 256 tokens alike). The output
+  // projection has 128 rows in all.
   c.block_n = c.k_dim == 128 && tokens > 32 ? 256 : 128;
   return c;
 }
