@@ -375,32 +375,49 @@ void compute_task(const MlaBranchProblem& p, const Task& task, MlaBranchReferenc
     rope(in + kLat, p.freqs_cis.data() + size_t(before + i) * kRope, k + kLat);
   }
   std::vector<double> scores(size_t(before + task.last + 1));
+  std::vector<int> positions;  // the keys a row attends: 0 .. visible - 1, or its sparse list
   double q[kRow], raw[kLat];
   for (size_t slot : task.slots) {
     const MlaBranchRow row = r.rows[slot];
     const int visible = before + (row.t - t0) + 1;
+    if (p.sparse_positions) {
+      positions = p.sparse_positions(row.t);
+      for (int pos : positions)
+        if (pos < 0 || pos >= visible)
+          throw std::invalid_argument(fmt::format(
+              "mla_branch_reference: token {} lists position {}, outside its sequence's 0 .. {}", row.t, pos,
+              visible - 1));
+    } else {
+      positions.resize(size_t(visible));
+      for (int j = 0; j < visible; ++j) positions[size_t(j)] = j;
+    }
+    scores.resize(positions.size());
     const float* qs = p.q.data() + (size_t(row.t) * size_t(p.heads) + size_t(row.h)) * kMlaBranchQDim;
     for (int d = 0; d < kMlaBranchQDim; ++d) in[d] = qs[d];
     const double* wuk = p.w_uk.data() + size_t(row.h) * kLat * kMlaBranchNope;  // [512, 128]
     for (int n = 0; n < kLat; ++n) q[n] = dot(in, wuk + size_t(n) * kMlaBranchNope, kMlaBranchNope);
     rope(in + kMlaBranchNope, p.freqs_cis.data() + size_t(visible - 1) * kRope, q + kLat);
 
+    const size_t n_keys = positions.size();
     double m = -kInf, sum = 0.0;
-    for (int j = 0; j < visible; ++j) {
-      scores[size_t(j)] = dot(q, keys.data() + size_t(j) * kRow, kRow) * p.softmax_scale;
-      m = std::max(m, scores[size_t(j)]);
+    for (size_t j = 0; j < n_keys; ++j) {
+      scores[j] = dot(q, keys.data() + size_t(positions[j]) * kRow, kRow) * p.softmax_scale;
+      m = std::max(m, scores[j]);
     }
+    const double sink = p.sink.empty() ? -kInf : double(p.sink[size_t(row.h)]);
+    m = std::max(m, sink);
     std::fill(raw, raw + kLat, 0.0);
-    for (int j = 0; j < visible; ++j) {
-      const double w = std::exp(scores[size_t(j)] - m);
-      const double* k = keys.data() + size_t(j) * kRow;
+    for (size_t j = 0; j < n_keys; ++j) {
+      const double w = std::exp(scores[j] - m);
+      const double* k = keys.data() + size_t(positions[j]) * kRow;
       sum += w;
       for (int d = 0; d < kLat; ++d) raw[d] += w * k[d];
     }
+    if (sink > -kInf) sum += std::exp(sink - m);  // the denominator only
     const double* wuv = p.w_uv.data() + size_t(row.h) * kMlaBranchVDim * kLat;  // [128, 512]
     for (int n = 0; n < kMlaBranchVDim; ++n)
-      r.out[slot * kMlaBranchVDim + size_t(n)] = dot(raw, wuv + size_t(n) * kLat, kLat) / sum;
-    r.keys[slot] = visible;
+      r.out[slot * kMlaBranchVDim + size_t(n)] = n_keys == 0 ? 0.0 : dot(raw, wuv + size_t(n) * kLat, kLat) / sum;
+    r.keys[slot] = static_cast<int>(n_keys);
   }
 }
 
@@ -417,6 +434,7 @@ MlaBranchReference mla_branch_reference(const MlaBranchProblem& p, std::span<con
               p.w_uv.size() == size_t(p.heads) * kMlaBranchVDim * kLat &&
               p.input_row_offsets.size() == size_t(p.batch) + 1 && p.cache_lens_before.size() == size_t(p.batch),
           shape_error);
+  require(p.sink.empty() || p.sink.size() == size_t(p.heads), "mla_branch_reference: sink must be [heads] or empty");
   std::vector<int> seq_of(size_t(p.tokens), -1);
   for (int b = 0; b < p.batch; ++b) {
     const int t0 = p.input_row_offsets[size_t(b)], t1 = p.input_row_offsets[size_t(b) + 1];

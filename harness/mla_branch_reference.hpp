@@ -174,6 +174,13 @@ struct MlaBranchProblem {
   std::span<const int32_t> input_row_offsets;  // [batch + 1]
   std::span<const int32_t> cache_lens_before;  // [batch]
   double softmax_scale = 0.0;
+  // Sparse attention (DeepSeek V3.2), when set: token t attends the positions
+  // sparse_positions(t) returns instead of 0 .. p — each in 0 .. p (its sequence's rows,
+  // this step's new ones included), duplicates counted as often as they appear — in one
+  // softmax whose denominator also holds exp(sink[h]) (sink empty: none). An empty list
+  // gives out 0. Called from several threads at once.
+  std::function<std::vector<int>(int t)> sparse_positions;
+  std::span<const float> sink;  // [heads] or empty
 };
 
 struct MlaBranchRow {
@@ -185,7 +192,7 @@ struct MlaBranchReference {
   int heads = 0;
   std::vector<MlaBranchRow> rows;
   std::vector<double> out;  // [rows.size(), 128]
-  std::vector<int> keys;    // [rows.size()]: keys each row attends (p + 1)
+  std::vector<int> keys;    // [rows.size()]: keys each row attends (p + 1, or its list's size)
 };
 
 // The reference for `rows` (empty: every (t, h) of every token that belongs to a sequence).

@@ -49,13 +49,16 @@ constexpr double kRelL2Bf16 = 0.06, kRelL2Fp8 = 0.09;
 
 struct BranchCase {
   int b = 128, q_len = 1, h = 128, s_k = 4096, page = 64;
-  bool fp8 = false;   // the 640-byte cache (else bf16)
-  bool varq = false;  // each sequence's new tokens uniform in 0..q_len (0 included)
+  bool fp8 = false;    // the 640-byte cache
+  bool block = false;  // the 656-byte cache (sparse only); neither: bf16
+  bool varq = false;   // each sequence's new tokens uniform in 0..q_len (0 included)
+  int topk = 0;        // sparse attention: indices per token, with a sink (0: dense)
   MlaBranchStage stage = MlaBranchStage::kAll;
+  const char* cache_name() const { return fp8 ? "fp8" : block ? "fp8b" : "bf16"; }
   nlohmann::ordered_json to_json() const {
     return {{"b", b},     {"q_len", q_len},         {"h", h},
-            {"s_k", s_k}, {"page", page},           {"cache", fp8 ? "fp8" : "bf16"},
-            {"varq", varq ? 1 : 0}, {"stage", std::string(to_string(stage))}};
+            {"s_k", s_k}, {"page", page},           {"cache", cache_name()},
+            {"varq", varq ? 1 : 0}, {"topk", topk}, {"stage", std::string(to_string(stage))}};
   }
 };
 
@@ -77,10 +80,13 @@ BranchCase read_case(const json& s) {
     else if (key == "s_k") c.s_k = int_in(1, 1 << 18);
     else if (key == "page") c.page = int_in(64, 256);
     else if (key == "varq") c.varq = int_in(0, 1) == 1;
+    else if (key == "topk") c.topk = int_in(0, 65536);
     else if (key == "cache") {
-      if (v != "bf16" && v != "fp8")
-        fail_arg("mla_decode_branch_fp8 shape key 'cache'", fmt::format("must be \"bf16\" or \"fp8\", got {}", v.dump()));
+      if (v != "bf16" && v != "fp8" && v != "fp8b")
+        fail_arg("mla_decode_branch_fp8 shape key 'cache'",
+                 fmt::format("must be \"bf16\", \"fp8\" (640-byte) or \"fp8b\" (656-byte, sparse), got {}", v.dump()));
       c.fp8 = v == "fp8";
+      c.block = v == "fp8b";
     } else if (key == "stage") {
       bool found = false;
       for (MlaBranchStage st : {MlaBranchStage::kAll, MlaBranchStage::kRope, MlaBranchStage::kAbsorb,
@@ -91,11 +97,13 @@ BranchCase read_case(const json& s) {
                  fmt::format("must be all, rope, absorb, attention or output, got {}", v.dump()));
     } else {
       fail_arg(fmt::format("mla_decode_branch_fp8 shape key '{}'", key),
-               "is not one of b, q_len, h, s_k, page, cache, varq, stage");
+               "is not one of b, q_len, h, s_k, page, cache, varq, topk, stage");
     }
   }
   if (kChunkRows % c.page != 0) fail_arg("mla_decode_branch_fp8 shape key 'page'", "must be 64, 128 or 256");
   if (c.s_k < c.q_len) fail_arg("mla_decode_branch_fp8 shape key 's_k'", "must be >= q_len (lengths after the step)");
+  if (c.block && c.topk == 0) fail_arg("mla_decode_branch_fp8 shape key 'topk'", "must be >= 1 with cache fp8b (sparse)");
+  if (c.fp8 && c.topk > 0) fail_arg("mla_decode_branch_fp8 shape key 'topk'", "must be 0 with cache fp8 (dense only)");
   return c;
 }
 
@@ -171,8 +179,15 @@ class BranchProblem final : public Problem {
 
     // The cache's period, then the pool (the period repeated) and, fp8, σ per row.
     const std::vector<uint16_t> period = draw_bf16(size_t{kChunkRows} * 576, 0.0f, 1.0f, gen);
-    row_bytes_ = c.fp8 ? kMlaFp8RowBytes : 1152;
-    if (c.fp8) {
+    row_bytes_ = c.fp8 ? kMlaFp8RowBytes : c.block ? kMlaSparseFp8RowBytes : 1152;
+    if (c.block) {  // the host quantizer, bit-exact with the device's
+      chunk_.resize(size_t{kChunkRows} * row_bytes_);
+      for (int r = 0; r < kChunkRows; ++r) {
+        const std::vector<uint8_t> row =
+            mla_branch_encode_cache_row(MlaBranchCacheLayout::kFp8Block, &period[size_t(r) * 576], nullptr);
+        std::memcpy(&chunk_[size_t(r) * row_bytes_], row.data(), row.size());
+      }
+    } else if (c.fp8) {
       DeviceBuffer in(period.size() * 2), rows(size_t{kChunkRows} * 640), sigma(size_t{kChunkRows} * 4);
       in.upload(period);
       MlaFp8QuantizeArgs qa;
@@ -198,6 +213,7 @@ class BranchProblem final : public Problem {
     // The physical rows this step writes (the untouched-bytes check skips them).
     for (int b = 0; b < c.b; ++b)
       for (int i = 0; i < offsets_[b + 1] - offsets_[b]; ++i) new_rows_.push_back(physical_row(b, before_[b] + i));
+    if (c.topk > 0) make_sparse(gen, static_cast<int64_t>(pool_rows));
 
     auto upload = [](const auto& v) {
       DeviceBuffer d(std::max<size_t>(1, v.size() * sizeof(v[0])));
@@ -211,7 +227,44 @@ class BranchProblem final : public Problem {
     offsets_d_ = upload(offsets_);
     before_d_ = upload(before_);
     table_d_ = upload(table_);
+    indices_d_ = upload(indices_);
+    lens_d_ = upload(lens_);
+    sink_d_ = upload(sink_);
     out_ = DeviceBuffer(std::max<size_t>(1, static_cast<size_t>(tokens_) * c.h * 128 * 2));
+  }
+
+  // Sparse attention's inputs. Token t (sequence b, position p) lists positions uniform in
+  // 0 .. p (duplicates by chance) as physical rows through the block table; at test scale
+  // the lists also hold -1 padding, other negatives and rows past the pool (all skipped),
+  // and the lengths run 0 .. topk + 2 (clamped); at bench scale every index is valid and
+  // read. The sink is N(0, 1) per head.
+  void make_sparse(std::mt19937_64& gen, int64_t pool_rows) {
+    const bool hostile = tokens_ < 64;
+    indices_.assign(static_cast<size_t>(tokens_) * c_.topk, -1);
+    lens_.assign(static_cast<size_t>(tokens_), c_.topk);
+    positions_.assign(static_cast<size_t>(tokens_), {});
+    std::uniform_int_distribution<int> kind(0, 19), len(0, c_.topk + 2);
+    for (int b = 0; b < c_.b; ++b)
+      for (int t = offsets_[b]; t < offsets_[b + 1]; ++t) {
+        const int p = before_[b] + (t - offsets_[b]);
+        std::uniform_int_distribution<int> pos(0, p);
+        if (hostile) lens_[t] = t == offsets_[b] && b == 0 ? 0 : len(gen);
+        const int n = std::clamp(lens_[t], 0, c_.topk);
+        for (int i = 0; i < c_.topk; ++i) {
+          int32_t& x = indices_[static_cast<size_t>(t) * c_.topk + i];
+          const int k = hostile ? kind(gen) : 2;
+          if (k == 0) x = -1;
+          else if (k == 1) x = static_cast<int32_t>(i % 2 ? pool_rows + i : -7 - i);
+          else {
+            const int at = pos(gen);
+            x = static_cast<int32_t>(physical_row(b, at));
+            if (i < n) positions_[t].push_back(at);
+          }
+        }
+      }
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    sink_.resize(static_cast<size_t>(c_.h));
+    for (auto& x : sink_) x = d(gen);
   }
 
   int64_t physical_row(int b, int pos) const {
@@ -220,8 +273,8 @@ class BranchProblem final : public Problem {
 
   nlohmann::ordered_json case_json() const override { return c_.to_json(); }
   std::string describe() const override {
-    return fmt::format("b={} q_len={}{} h={} s_k={} {} cache, {}", c_.b, c_.q_len, c_.varq ? " varq" : "", c_.h,
-                       c_.s_k, c_.fp8 ? "fp8" : "bf16", to_string(c_.stage));
+    return fmt::format("b={} q_len={}{} h={} s_k={} {} cache{}, {}", c_.b, c_.q_len, c_.varq ? " varq" : "", c_.h,
+                       c_.s_k, c_.cache_name(), c_.topk ? fmt::format(" topk {}", c_.topk) : "", to_string(c_.stage));
   }
   int copies() const override { return copies_; }
 
@@ -236,8 +289,8 @@ class BranchProblem final : public Problem {
     a.freqs_cis = TensorView::contiguous(freqs_d_.data(), DType::kF32, {max_pos_, 64});
     a.kv_norm_gamma = TensorView::contiguous(gamma_.data(), DType::kBF16, {512});
     a.epsilon = kEpsilon;
-    a.kv_cache = c_.fp8 ? TensorView::contiguous(pool_.data(), DType::kU8, {num_pages_, c_.page, 640})
-                        : TensorView::contiguous(pool_.data(), DType::kBF16, {num_pages_, c_.page, 576});
+    a.kv_cache = c_.fp8 || c_.block ? TensorView::contiguous(pool_.data(), DType::kU8, {num_pages_, c_.page, row_bytes_})
+                                    : TensorView::contiguous(pool_.data(), DType::kBF16, {num_pages_, c_.page, 576});
     if (c_.fp8) a.kv_scale = TensorView::contiguous(pool_scale_.data(), DType::kF32, {num_pages_, c_.page});
     a.block_table = TensorView::contiguous(table_d_.data(), DType::kI32, {c_.b, max_pages_});
     a.w_uk = TensorView::contiguous(w_uk_.codes[w].data(), DType::kE4M3, {h, 512, 128});
@@ -246,6 +299,11 @@ class BranchProblem final : public Problem {
     a.w_uv_scale = TensorView::contiguous(w_uv_.scale[w].data(), DType::kF32, {h, 1, 4});
     a.out = TensorView::contiguous(out_.data(), DType::kBF16, {t, h, 128});
     a.softmax_scale = kScale;
+    if (c_.topk > 0) {
+      a.indices = TensorView::contiguous(indices_d_.data(), DType::kI32, {t, c_.topk});
+      a.topk_lengths = TensorView::contiguous(lens_d_.data(), DType::kI32, {t});
+      a.attn_sink = TensorView::contiguous(sink_d_.data(), DType::kF32, {h});
+    }
     return a;
   }
 
@@ -276,8 +334,9 @@ class BranchProblem final : public Problem {
     Prepared p;
     p.config = {{"absorb", json::parse(plan->absorb.to_json())},
                 {"output", json::parse(plan->output.to_json())},
-                {"attention", json::parse(c_.fp8 ? plan->attention_fp8.config.to_json()
-                                                 : plan->attention.config.to_json())}};
+                {"attention", json::parse(c_.topk > 0 ? plan->attention_sparse.config.to_json()
+                                          : c_.fp8    ? plan->attention_fp8.config.to_json()
+                                                      : plan->attention.config.to_json())}};
     if (overrides && overrides->contains("attention") && (*overrides)["attention"] != p.config["attention"])
       fail_arg("--config key 'attention'",
                fmt::format("must be the config the attention plan picks, {}: the branch plans its "
@@ -319,21 +378,26 @@ class BranchProblem final : public Problem {
 
  private:
   BranchCase c_;
-  std::vector<int32_t> offsets_, before_, after_, table_, ref_table_;
+  std::vector<int32_t> offsets_, before_, after_, table_, ref_table_, indices_, lens_;
+  std::vector<std::vector<int>> positions_;  // sparse: the positions token t reads (valid, in order)
+  std::vector<float> sink_;
   std::vector<int64_t> new_rows_;
   int tokens_ = 0, max_pages_ = 0, num_pages_ = 0, max_pos_ = 0, copies_ = 1, row_bytes_ = 0;
   std::vector<uint16_t> q_bits_, kv_bits_, gamma_bits_;
   std::vector<float> freqs_, chunk_scale_;
   std::vector<uint8_t> chunk_;
   Weight w_uk_, w_uv_;
-  DeviceBuffer q_, kv_in_, gamma_, freqs_d_, offsets_d_, before_d_, table_d_, pool_, pool_scale_, out_;
+  DeviceBuffer q_, kv_in_, gamma_, freqs_d_, offsets_d_, before_d_, table_d_, pool_, pool_scale_, out_,
+      indices_d_, lens_d_, sink_d_;
   std::function<void()> full_run_;
 };
 
 Verdict BranchProblem::check(int sampled_rows) const {
   if (c_.stage != MlaBranchStage::kAll) full_run_();  // judge the whole branch's output
   synchronize();
-  const MlaBranchCacheLayout layout = c_.fp8 ? MlaBranchCacheLayout::kFp8Token : MlaBranchCacheLayout::kBf16;
+  const MlaBranchCacheLayout layout = c_.fp8     ? MlaBranchCacheLayout::kFp8Token
+                                      : c_.block ? MlaBranchCacheLayout::kFp8Block
+                                                 : MlaBranchCacheLayout::kBf16;
 
   // 1. Every new cache row (and σ) against its reference.
   MlaBranchRowComparison rows_cmp;
@@ -410,10 +474,14 @@ Verdict BranchProblem::check(int sampled_rows) const {
   p.input_row_offsets = offsets_;
   p.cache_lens_before = before_;
   p.softmax_scale = static_cast<double>(kScale);
+  if (c_.topk > 0) {
+    p.sparse_positions = [this](int t) { return positions_[static_cast<size_t>(t)]; };
+    p.sink = sink_;
+  }
   const MlaBranchReference ref = mla_branch_reference(p, sample);
   const double cosine = sample.empty() ? 1.0 : mla_branch_cosine(out, ref);
   const double rel_l2 = sample.empty() ? 0.0 : mla_branch_rel_l2(out, ref);
-  const double rel_limit = c_.fp8 ? kRelL2Fp8 : kRelL2Bf16;
+  const double rel_limit = c_.fp8 || c_.block ? kRelL2Fp8 : kRelL2Bf16;
   const double cos_limit = 1.0 - rel_limit * rel_limit / 2.0;
 
   Verdict v;
@@ -432,8 +500,11 @@ Verdict BranchProblem::check(int sampled_rows) const {
 double BranchProblem::bytes() const {
   const double t = tokens_, h = c_.h;
   const double weights = h * 512 * 128 + h * 4 * 4;  // e4m3 codes + scales, per projection
-  double cache = 0;
-  for (int b = 0; b < c_.b; ++b) cache += static_cast<double>(after_[b]) * (row_bytes_ + (c_.fp8 ? 4 : 0));
+  double cache = 0;  // dense: every row of every sequence once; sparse: every valid index
+  if (c_.topk > 0)
+    for (const auto& list : positions_) cache += static_cast<double>(list.size()) * row_bytes_;
+  else
+    for (int b = 0; b < c_.b; ++b) cache += static_cast<double>(after_[b]) * (row_bytes_ + (c_.fp8 ? 4 : 0));
   const double new_rows = t * (row_bytes_ + (c_.fp8 ? 4 : 0));
   switch (c_.stage) {
     case MlaBranchStage::kRope: return t * h * 64 * 2 * 2 + t * 576 * 2 + new_rows;
@@ -448,8 +519,11 @@ double BranchProblem::bytes() const {
 double BranchProblem::flops() const {
   const double proj = 2.0 * tokens_ * c_.h * 512 * 128;
   double pairs = 0;
-  for (int b = 0; b < c_.b; ++b)
-    for (int i = 0; i < offsets_[b + 1] - offsets_[b]; ++i) pairs += before_[b] + i + 1;
+  if (c_.topk > 0)
+    for (const auto& list : positions_) pairs += static_cast<double>(list.size());
+  else
+    for (int b = 0; b < c_.b; ++b)
+      for (int i = 0; i < offsets_[b + 1] - offsets_[b]; ++i) pairs += before_[b] + i + 1;
   const double attention = 2.0 * pairs * c_.h * (576 + 512);
   switch (c_.stage) {
     case MlaBranchStage::kRope: return 0;
@@ -475,6 +549,12 @@ std::vector<BranchCase> bench_cases() {
         c.fp8 = fp8, c.h = h, c.stage = st;
         v.push_back(c);
       }
+  // The sparse top-k 2048 rows (issue 20's, 32k positions per sequence, the 656-byte cache).
+  for (int h : {128, 16}) {
+    BranchCase c;
+    c.h = h, c.s_k = 32768, c.block = true, c.topk = 2048;
+    v.push_back(c);
+  }
   // The projections at a decode step of 16 tokens (b 16, q_len 1), where issue 22 asks for
   // the weights read at >= 2.0 TB/s.
   for (int h : {128, 16})
@@ -509,6 +589,16 @@ ProblemKind mla_decode_branch_fp8_problem() {
       c.b = 6, c.q_len = 8, c.h = 16, c.s_k = 200, c.varq = true, c.fp8 = fp8;
       v.push_back(c.to_json());
     }
+    // Sparse attention on both of its caches, hostile index lists (make_sparse), q_len 1
+    // and a ragged MTP batch.
+    for (bool block : {false, true})
+      for (int h : {16, 128}) {
+        BranchCase c;
+        c.b = 3, c.h = h, c.s_k = 300, c.block = block, c.topk = 72;
+        v.push_back(c.to_json());
+        c.b = 5, c.q_len = 4, c.varq = true, c.topk = 40;
+        if (h == 16) v.push_back(c.to_json());
+      }
     return v;
   };
   k.make = [](const json& shape, uint64_t seed, size_t l2_bytes) -> std::unique_ptr<Problem> {

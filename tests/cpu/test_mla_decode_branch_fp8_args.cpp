@@ -138,3 +138,54 @@ TEST_CASE("mla_decode_branch_fp8 refuses bad arguments before any launch", "[mla
                                      view(12, DType::kBF16, {T, H, 512}), mla_branch_proj_default_config(128, T, H), nullptr),
                   ErrorKind::kBadArgument, "a", ">= 128");
 }
+
+TEST_CASE("mla_decode_branch_fp8's sparse attention: its arguments checked before any launch",
+          "[mla_decode_branch_fp8][args]") {
+  using A = MlaDecodeBranchFp8Args;
+  constexpr int64_t K = 64;  // topk
+  MlaDecodeBranchFp8Args sparse = valid_args();
+  sparse.kv_cache = view(6, DType::kU8, {PAGES, PAGE, 656});
+  sparse.indices = view(14, DType::kI32, {T, K});
+  sparse.topk_lengths = view(15, DType::kI32, {T});
+  sparse.attn_sink = view(16, DType::kF32, {H});
+  const MlaDecodeBranchFp8Shape shape = mla_decode_branch_fp8_shape(sparse, 2);
+  CHECK(shape.cache == MlaBranchCache::kFp8Block);
+  CHECK(shape.topk == K);
+  CHECK(shape.topk_extra == 0);
+  MlaDecodeBranchFp8Plan plan = valid_plan();
+  plan.shape = shape;
+  plan.attention_sparse.config = mla_decode_sparse_default_config(MlaSparseLayout::kFp8, H);
+  auto refused_sparse = [&](const A& a, const char* name, const char* rule) {
+    INFO(name << ": " << rule);
+    REQUIRE_REFUSED(mla_decode_branch_fp8(a, plan, Workspace{fake(30), 1 << 20}, nullptr), ErrorKind::kBadArgument,
+                    name, rule);
+  };
+  // The branch's own rules: which cache goes with which attention, the indices' shape.
+  A a = sparse;
+  a.indices = TensorView{};
+  refused_sparse(a, "indices", "required with the 656-byte cache");
+  a = valid_args();
+  a.topk_lengths = view(15, DType::kI32, {T});
+  refused(a, "topk_lengths", "set indices too");
+  a = valid_args();
+  a.kv_cache = view(6, DType::kU8, {PAGES, PAGE, 640});
+  a.kv_scale = view(13, DType::kF32, {PAGES, PAGE});
+  a.indices = view(14, DType::kI32, {T, K});
+  refused(a, "indices", "not the 640-byte one");
+  a = sparse;
+  a.indices = view(14, DType::kI32, {T + 1, K});
+  refused_sparse(a, "indices", "[tokens = 5, topk >= 1]");
+  a = sparse;
+  a.indices = view(14, DType::kI32, {T, K + 1});
+  refused_sparse(a, "indices", "plan was made for 64");
+  a = sparse;
+  a.kv_scale = view(13, DType::kF32, {PAGES, PAGE});
+  refused_sparse(a, "kv_scale", "carry their scales");
+  // mla_decode_sparse's rules, checked by the branch before its first stage.
+  a = sparse;
+  a.attn_sink = view(16, DType::kF32, {H + 1});
+  refused_sparse(a, "attn_sink", "");
+  a = sparse;
+  a.indices = view(14, DType::kF32, {T, K});
+  refused_sparse(a, "indices", "i32");
+}

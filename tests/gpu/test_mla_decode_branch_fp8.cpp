@@ -1,8 +1,9 @@
 // mla_decode_branch_fp8 on the GPU: the projection alone against its quantization model
 // (every config, token counts off every tile), the rope stage's q columns bit for bit with
 // hostile positions that must write nothing, the whole branch against the unfused float64
-// branch (bf16 and 640-byte caches; q_len 1, 2, 8; ragged batches with 0-token sequences;
-// an empty step) through the harness problem, and a CUDA-graph replay.
+// branch (bf16 and 640-byte caches; sparse attention on the bf16 and 656-byte caches; q_len
+// 1, 2, 8; ragged batches with 0-token sequences; an empty step) through the harness
+// problem, and a CUDA-graph replay.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -140,6 +141,13 @@ TEST_CASE("mla_decode_branch_fp8 matches the unfused float64 branch", "[gpu][mla
     cases.push_back({{"b", 9}, {"q_len", 8}, {"h", 16}, {"s_k", 70}, {"varq", 1}, {"cache", cache}});
     cases.push_back({{"b", 2}, {"q_len", 1}, {"h", 16}, {"s_k", 3000}, {"page", 128}, {"cache", cache}});
     cases.push_back({{"b", 3}, {"q_len", 2}, {"h", 64}, {"s_k", 257}, {"stage", "attention"}, {"cache", cache}});
+  }
+  // Sparse attention (hostile index lists, lengths 0 .. topk + 2, a sink) on its two caches.
+  for (const char* cache : {"bf16", "fp8b"}) {
+    cases.push_back({{"b", 1}, {"q_len", 1}, {"h", 128}, {"s_k", 1}, {"cache", cache}, {"topk", 5}});
+    cases.push_back({{"b", 4}, {"q_len", 2}, {"h", 128}, {"s_k", 129}, {"cache", cache}, {"topk", 64}});
+    cases.push_back({{"b", 9}, {"q_len", 8}, {"h", 16}, {"s_k", 70}, {"varq", 1}, {"cache", cache}, {"topk", 33}});
+    cases.push_back({{"b", 3}, {"q_len", 1}, {"h", 64}, {"s_k", 3000}, {"page", 128}, {"cache", cache}, {"topk", 300}});
   }
   for (const json& c : cases) {
     INFO(c.dump());

@@ -100,10 +100,39 @@ Sizes check_args(const MlaDecodeBranchFp8Args& a) {
   } else if ((kv.dtype == DType::kU8 || kv.dtype == DType::kE4M3) && kv.shape[2] == kMlaFp8RowBytes) {
     s.cache = MlaBranchCache::kFp8Token;
     ops::check_tensor(kv, "kv_cache", kv.dtype, 16);
+  } else if (kv.dtype == DType::kU8 && kv.shape[2] == kMlaSparseFp8RowBytes) {
+    s.cache = MlaBranchCache::kFp8Block;
+    ops::check_tensor(kv, "kv_cache", kv.dtype, 16);
+    if (a.kv_scale.data != nullptr)
+      fail_arg("kv_scale", "is for the 640-byte cache; the 656-byte rows carry their scales (leave it null)");
   } else {
-    fail_arg("kv_cache", fmt::format("must be [pages, page_size, 576] bf16 or [pages, page_size, "
-                                     "640] u8 (512 e4m3 + 64 bf16 rope), got {}",
+    fail_arg("kv_cache", fmt::format("must be [pages, page_size, 576] bf16, [pages, page_size, 640] "
+                                     "u8 (512 e4m3 + 64 bf16 rope) or [pages, page_size, 656] u8 "
+                                     "(block scales, sparse), got {}",
                                      kv.describe()));
+  }
+  // Sparse attention: the index widths here; every other rule of the sparse tensors is
+  // mla_decode_sparse's, checked before anything launches (launch.cpp, checked()).
+  if (a.indices.data != nullptr) {
+    if (s.cache == MlaBranchCache::kFp8Token)
+      fail_arg("indices", "sparse attention reads the bf16 or the 656-byte cache, not the 640-byte one");
+    if (a.indices.rank != 2 || a.indices.shape[0] != s.tokens || a.indices.shape[1] < 1)
+      fail_arg("indices", fmt::format("must be rank 2 [tokens = {}, topk >= 1] i32, got {}", s.tokens,
+                                      a.indices.describe()));
+    s.topk = a.indices.shape[1];
+    if (a.extra_indices.data != nullptr) {
+      if (a.extra_indices.rank != 2 || a.extra_indices.shape[0] != s.tokens || a.extra_indices.shape[1] < 1)
+        fail_arg("extra_indices", fmt::format("must be rank 2 [tokens = {}, topk_extra >= 1] i32, got {}",
+                                              s.tokens, a.extra_indices.describe()));
+      s.topk_extra = a.extra_indices.shape[1];
+    }
+  } else {
+    if (s.cache == MlaBranchCache::kFp8Block)
+      fail_arg("indices", "is required with the 656-byte cache (its attention is the sparse one)");
+    for (const auto& [t, name] : {std::pair{&a.topk_lengths, "topk_lengths"}, {&a.attn_sink, "attn_sink"},
+                                  {&a.extra_kv_cache, "extra_kv_cache"}, {&a.extra_indices, "extra_indices"},
+                                  {&a.extra_topk_lengths, "extra_topk_lengths"}})
+      if (t->data != nullptr) fail_arg(name, "belongs to sparse attention: set indices too, or leave it null");
   }
   s.num_pages = kv.shape[0];
   s.page_size = kv.shape[1];
@@ -144,6 +173,8 @@ void check_matches_plan(const Sizes& s, const MlaDecodeBranchFp8Plan& plan) {
   if (s.cache != p.cache)
     fail_arg("kv_cache", fmt::format("is a {} cache but the plan was made for {}", to_string(s.cache),
                                      to_string(p.cache)));
+  if (s.topk != p.topk) differ("indices", "topk (0: dense attention)", s.topk, p.topk);
+  if (s.topk_extra != p.topk_extra) differ("extra_indices", "topk_extra", s.topk_extra, p.topk_extra);
   if (s.batch != p.batch) differ("input_row_offsets", "the batch", s.batch, p.batch);
   if (s.tokens != p.tokens) differ("q", "the token count", s.tokens, p.tokens);
   if (s.heads != p.num_heads) differ("q", "the head count", s.heads, p.num_heads);

@@ -60,7 +60,12 @@ jit::KernelRecipe rope_recipe(const ops::MlaBranchRopeConfig& c, Arch arch) {
 }  // namespace
 
 std::string_view to_string(MlaBranchCache c) {
-  return c == MlaBranchCache::kBF16 ? "bf16" : "fp8_token";
+  switch (c) {
+    case MlaBranchCache::kBF16: return "bf16";
+    case MlaBranchCache::kFp8Token: return "fp8_token";
+    case MlaBranchCache::kFp8Block: return "fp8_block";
+  }
+  return "?";
 }
 
 std::string_view to_string(MlaBranchStage s) {

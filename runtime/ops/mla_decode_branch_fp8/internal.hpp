@@ -31,6 +31,7 @@ struct Sizes {
   int64_t batch = 0, tokens = 0, heads = 0, page_size = 0, max_pages = 0, num_pages = 0,
           max_pos = 0;
   MlaBranchCache cache = MlaBranchCache::kBF16;
+  int64_t topk = 0, topk_extra = 0;  // sparse attention: indices' widths (0: dense)
 };
 
 // Every host-visible rule of a call; errors name the argument.

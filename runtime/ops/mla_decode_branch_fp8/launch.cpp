@@ -12,6 +12,7 @@
 #include "ops/launch_support.hpp"
 #include "ops/mla_decode_branch_fp8/internal.hpp"
 #include "ops/mla_decode_fp8/internal.hpp"
+#include "ops/mla_decode_sparse/internal.hpp"
 
 namespace attnjit {
 namespace {
@@ -50,6 +51,28 @@ MlaDecodeFp8Shape fp8_shape(const MlaDecodeBranchFp8Shape& s) {
   m.ragged = true;
   m.max_len = s.max_len;
   return m;
+}
+
+MlaDecodeSparseShape sparse_shape(const MlaDecodeBranchFp8Shape& s) {
+  MlaDecodeSparseShape m;
+  m.layout = s.cache == MlaBranchCache::kFp8Block ? MlaSparseLayout::kFp8 : MlaSparseLayout::kBF16;
+  m.batch = s.batch;
+  m.q_len = s.max_q_len;
+  m.num_heads = s.num_heads;
+  m.ragged = true;
+  m.topk = s.topk;
+  m.topk_extra = s.topk_extra;
+  return m;
+}
+
+// The rope kernel's row format for the cache the branch writes.
+int rope_layout(MlaBranchCache cache) {
+  switch (cache) {
+    case MlaBranchCache::kBF16: return dev::kCacheBf16;
+    case MlaBranchCache::kFp8Token: return dev::kCacheFp8Token;
+    case MlaBranchCache::kFp8Block: return dev::kCacheFp8Block;
+  }
+  return dev::kCacheBf16;
 }
 
 // The workspace's views of one call (the plan's offsets; tokens and h from the shape).
@@ -106,11 +129,29 @@ MlaDecodeFp8Args fp8_args(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranch
   return m;
 }
 
+MlaDecodeSparseArgs sparse_args(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& p,
+                                const Scratch& s) {
+  MlaDecodeSparseArgs m;
+  m.q = s.q_abs;
+  m.q_offsets = a.input_row_offsets;
+  m.max_q_len = p.shape.max_q_len;
+  m.kv_cache = a.kv_cache;
+  m.indices = a.indices;
+  m.topk_lengths = a.topk_lengths;
+  m.attn_sink = a.attn_sink;
+  m.extra_kv_cache = a.extra_kv_cache;
+  m.extra_indices = a.extra_indices;
+  m.extra_topk_lengths = a.extra_topk_lengths;
+  m.out = s.raw;
+  m.softmax_scale = a.softmax_scale;
+  return m;
+}
+
 // The rope kernel: per token (lens_after null), or the step's lengths only (tokens 0).
 void launch_rope(const MlaDecodeBranchFp8Args& a, const Sizes& s, MlaBranchCache cache,
                  const TensorView& q_out, int* lens_after, bool tokens_too, CUstream stream) {
   ops::MlaBranchRopeConfig c;
-  c.cache_layout = cache == MlaBranchCache::kBF16 ? dev::kCacheBf16 : dev::kCacheFp8Token;
+  c.cache_layout = rope_layout(cache);
   const jit::Kernel& k = ops::mla_branch_rope_kernel(c, current_arch());
   const int tokens = tokens_too ? static_cast<int>(s.tokens) : 0;
   dev::RopeArgs ra{static_cast<const unsigned short*>(a.q.data),
@@ -198,6 +239,10 @@ Sizes checked(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& pla
   const Sizes s = mla_branch_detail::check_args(a);
   mla_branch_detail::check_matches_plan(s, plan);
   ops::check_workspace(ws, plan.workspace_bytes, "mla_decode_branch_fp8_plan");
+  // The sparse attention's own rules (indices, lengths, sink, the extra cache) before the
+  // first stage launches, not when its stage comes.
+  if (s.topk > 0)
+    (void)sparse_detail::check_args(sparse_args(a, plan, scratch(plan, ws, a.q.device)), plan.attention_sparse.config);
   check_device(a.q, "q");
   return s;
 }
@@ -214,6 +259,8 @@ MlaDecodeBranchFp8Shape mla_decode_branch_fp8_shape(const MlaDecodeBranchFp8Args
   shape.num_heads = static_cast<int>(s.heads);
   shape.page_size = static_cast<int>(s.page_size);
   shape.max_pages = static_cast<int>(s.max_pages);
+  shape.topk = static_cast<int>(s.topk);
+  shape.topk_extra = static_cast<int>(s.topk_extra);
   return shape;
 }
 
@@ -237,8 +284,13 @@ MlaDecodeBranchFp8Plan mla_decode_branch_fp8_plan(const MlaDecodeBranchFp8Shape&
                                             p.output.k_dim));
   token_blocks(shape.tokens, p.absorb, "shape.tokens");
   token_blocks(shape.tokens, p.output, "shape.tokens");
-  const bool fp8 = shape.cache == MlaBranchCache::kFp8Token;
-  if (fp8) {
+  const bool fp8 = shape.cache == MlaBranchCache::kFp8Token, sparse = shape.topk > 0;
+  if (shape.cache == MlaBranchCache::kFp8Block && !sparse)
+    fail_arg("shape.topk", "must be >= 1 with the 656-byte cache (its attention is the sparse one)");
+  if (fp8 && sparse) fail_arg("shape.topk", "sparse attention reads the bf16 or the 656-byte cache");
+  if (sparse) {
+    p.attention_sparse = mla_decode_sparse_plan(sparse_shape(shape));
+  } else if (fp8) {
     p.attention_fp8 = mla_decode_fp8_plan(fp8_shape(shape));
   } else {
     p.attention = mla_decode_plan(dense_shape(shape));
@@ -258,14 +310,16 @@ MlaDecodeBranchFp8Plan mla_decode_branch_fp8_plan(const MlaDecodeBranchFp8Shape&
   p.raw_offset = off;
   off += align256(t * h * dev::kLatentDim * 2);
   p.attention_offset = off;
-  off += fp8 ? p.attention_fp8.workspace_bytes : p.attention.workspace_bytes;
+  off += sparse ? p.attention_sparse.workspace_bytes
+       : fp8  ? p.attention_fp8.workspace_bytes
+              : p.attention.workspace_bytes;
   p.workspace_bytes = off;
 
   const Arch arch = current_arch();
   ops::mla_branch_proj_kernel(p.absorb, arch).prepare_current_device();
   ops::mla_branch_proj_kernel(p.output, arch).prepare_current_device();
   ops::MlaBranchRopeConfig rc;
-  rc.cache_layout = fp8 ? dev::kCacheFp8Token : dev::kCacheBf16;
+  rc.cache_layout = rope_layout(shape.cache);
   ops::mla_branch_rope_kernel(rc, arch).prepare_current_device();
   if (fp8) ops::mla_fp8_quantize_kernel({}, arch).prepare_current_device();
   return p;
@@ -277,7 +331,9 @@ void mla_decode_branch_fp8_schedule(const MlaDecodeBranchFp8Plan& plan, const Ml
   if (s.batch == 0) return;
   const Scratch w = scratch(plan, workspace, a.q.device);
   launch_rope(a, s, s.cache, w.q_abs, static_cast<int*>(w.lens_after.data), /*tokens_too=*/false, stream);
-  if (s.cache == MlaBranchCache::kFp8Token)
+  if (s.topk > 0)
+    mla_decode_sparse_schedule(plan.attention_sparse, sparse_args(a, plan, w), w.attention, stream);
+  else if (s.cache == MlaBranchCache::kFp8Token)
     mla_decode_fp8_schedule(plan.attention_fp8, fp8_args(a, plan, w), w.attention, stream);
   else
     mla_decode_schedule(plan.attention, dense_args(a, plan, w), w.attention, stream);
@@ -294,7 +350,9 @@ void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& a, const MlaDecod
   if (all || stage == MlaBranchStage::kAbsorb)
     launch_project(a.q, a.w_uk, a.w_uk_scale, w.q_abs, plan.absorb, /*a_ready=*/true, stream);
   if (all || stage == MlaBranchStage::kAttention) {
-    if (s.cache == MlaBranchCache::kFp8Token) {
+    if (s.topk > 0) {
+      mla_decode_sparse(sparse_args(a, plan, w), plan.attention_sparse, w.attention, stream);
+    } else if (s.cache == MlaBranchCache::kFp8Token) {
       MlaFp8QuantizeArgs qa;
       qa.in = TensorView::contiguous(w.q_abs.data, DType::kBF16, {s.tokens * s.heads, dev::kCacheDim},
                                      a.q.device);

@@ -15,6 +15,12 @@
 //   kv_cache           bf16 [pages, page_size, 576]            (MlaBranchCache::kBF16)
 //                      u8   [pages, page_size, 640], kv_scale  (kFp8Token; kv_scale
 //                           [pages, page_size] f32: σ per row, rope divided by σ)
+//                      u8   [pages, page_size, 656]            (kFp8Block, sparse only: 512
+//                           e4m3, four f32 block scales, 64 bf16 rope)
+//   indices            [tokens, topk]    i32 on the GPU, optional: sparse attention (DeepSeek
+//                                        V3.2) over these physical rows instead of the
+//                                        sequence's positions; with topk_lengths, attn_sink
+//                                        and the extra cache as mla_decode_sparse takes them
 //   block_table        [b, max_pages]    i32 on the GPU; pages for the new rows allocated
 //   w_uk, w_uk_scale   [h, 512, 128] e4m3, [h, 4, 1] f32   (128 × 128 block scales)
 //   w_uv, w_uv_scale   [h, 128, 512] e4m3, [h, 1, 4] f32
@@ -32,7 +38,9 @@
 //   3. attention over lengths before + n_b, causal within a sequence's new tokens:
 //                mla_decode on the bf16 cache; on the 640-byte cache the absorbed q is
 //                quantized per token (mla_fp8_quantize, σ_Q over all heads) and
-//                mla_decode_fp8 runs.
+//                mla_decode_fp8 runs. With indices: mla_decode_sparse over the listed rows
+//                (the bf16 or the 656-byte cache; the step's new rows are in the pool by
+//                then, so an index may name them), no causal mask.
 //   4. output    (mla_decode_branch_fp8, K 512 → N 128) raw · W_UVᵀ → out.
 // The lengths after the step (before + n_b) are built once per step on the GPU by
 // mla_decode_branch_fp8_schedule, which also runs the attention's own schedule.
@@ -50,6 +58,7 @@
 
 #include "attnjit/ops/mla_decode.hpp"
 #include "attnjit/ops/mla_decode_fp8.hpp"
+#include "attnjit/ops/mla_decode_sparse.hpp"
 #include "attnjit/tensor.hpp"
 #include "attnjit/types.hpp"
 
@@ -63,6 +72,7 @@ inline constexpr int kMlaBranchVDim = 128;     // out per head
 enum class MlaBranchCache : uint8_t {
   kBF16,      // 576 bf16 per row: mla_decode
   kFp8Token,  // 640-byte rows + σ per row: mla_decode_fp8
+  kFp8Block,  // 656-byte rows with block scales: mla_decode_sparse only
 };
 std::string_view to_string(MlaBranchCache c);
 
@@ -101,6 +111,14 @@ struct MlaDecodeBranchFp8Args {
   TensorView w_uv_scale;
   TensorView out;
   float softmax_scale = 0.0f;
+  // Sparse attention (indices set; see mla_decode_sparse.hpp for each one's rules). The
+  // extra cache has the main cache's row format.
+  TensorView indices;             // [tokens, topk] i32
+  TensorView topk_lengths;        // [tokens] i32, optional
+  TensorView attn_sink;           // [h] f32, optional
+  TensorView extra_kv_cache;      // optional: [pages or rows, ..., row] like kv_cache
+  TensorView extra_indices;       // [tokens, topk_extra] i32, with extra_kv_cache
+  TensorView extra_topk_lengths;  // [tokens] i32, optional
 };
 
 // Host-visible sizes and bounds of one batch shape.
@@ -113,6 +131,8 @@ struct MlaDecodeBranchFp8Shape {
   int page_size = 64;
   int max_pages = 1;
   int max_len = 0;      // bound on every length after the step; 0: max_pages × page_size
+  int topk = 0;         // sparse attention: indices per token (0: dense)
+  int topk_extra = 0;   // sparse, with the extra cache: its indices per token
 };
 // The shape of `args` (max_q_len and max_len left as given: the caller's bounds).
 MlaDecodeBranchFp8Shape mla_decode_branch_fp8_shape(const MlaDecodeBranchFp8Args& args,
@@ -124,6 +144,7 @@ struct MlaDecodeBranchFp8Plan {
   MlaBranchProjConfig output;   // k_dim 512, n_dim 128
   MlaDecodePlan attention;      // kBF16
   MlaDecodeFp8Plan attention_fp8;  // kFp8Token
+  MlaDecodeSparsePlan attention_sparse;  // shape.topk > 0
   // The workspace: the lengths after the step, the absorbed q (and its fp8 form), the
   // attention's output and the attention's own workspace, in this order.
   size_t lens_offset = 0, q_offset = 0, q8_offset = 0, q_scale_offset = 0, raw_offset = 0,
