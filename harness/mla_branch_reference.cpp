@@ -376,6 +376,7 @@ void compute_task(const MlaBranchProblem& p, const Task& task, MlaBranchReferenc
   }
   std::vector<double> scores(size_t(before + task.last + 1));
   std::vector<int> positions;  // the keys a row attends: 0 .. visible - 1, or its sparse list
+  std::vector<double> extra;   // sparse: the extra cache's keys, [n_extra, 576]
   double q[kRow], raw[kLat];
   for (size_t slot : task.slots) {
     const MlaBranchRow row = r.rows[slot];
@@ -391,17 +392,24 @@ void compute_task(const MlaBranchProblem& p, const Task& task, MlaBranchReferenc
       positions.resize(size_t(visible));
       for (int j = 0; j < visible; ++j) positions[size_t(j)] = j;
     }
-    scores.resize(positions.size());
+    extra.clear();
+    if (p.sparse_positions && p.sparse_extra_rows) p.sparse_extra_rows(row.t, extra);
+    const size_t n_extra = extra.size() / kRow;
+    scores.resize(positions.size() + n_extra);
     const float* qs = p.q.data() + (size_t(row.t) * size_t(p.heads) + size_t(row.h)) * kMlaBranchQDim;
     for (int d = 0; d < kMlaBranchQDim; ++d) in[d] = qs[d];
     const double* wuk = p.w_uk.data() + size_t(row.h) * kLat * kMlaBranchNope;  // [512, 128]
     for (int n = 0; n < kLat; ++n) q[n] = dot(in, wuk + size_t(n) * kMlaBranchNope, kMlaBranchNope);
     rope(in + kMlaBranchNope, p.freqs_cis.data() + size_t(visible - 1) * kRope, q + kLat);
 
-    const size_t n_keys = positions.size();
+    const size_t n_keys = positions.size() + n_extra;
+    auto key = [&](size_t j) {  // the main list's rows, then the extra cache's
+      return j < positions.size() ? keys.data() + size_t(positions[j]) * kRow
+                                  : extra.data() + (j - positions.size()) * kRow;
+    };
     double m = -kInf, sum = 0.0;
     for (size_t j = 0; j < n_keys; ++j) {
-      scores[j] = dot(q, keys.data() + size_t(positions[j]) * kRow, kRow) * p.softmax_scale;
+      scores[j] = dot(q, key(j), kRow) * p.softmax_scale;
       m = std::max(m, scores[j]);
     }
     const double sink = p.sink.empty() ? -kInf : double(p.sink[size_t(row.h)]);
@@ -409,7 +417,7 @@ void compute_task(const MlaBranchProblem& p, const Task& task, MlaBranchReferenc
     std::fill(raw, raw + kLat, 0.0);
     for (size_t j = 0; j < n_keys; ++j) {
       const double w = std::exp(scores[j] - m);
-      const double* k = keys.data() + size_t(positions[j]) * kRow;
+      const double* k = key(j);
       sum += w;
       for (int d = 0; d < kLat; ++d) raw[d] += w * k[d];
     }

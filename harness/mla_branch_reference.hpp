@@ -180,6 +180,9 @@ struct MlaBranchProblem {
   // softmax whose denominator also holds exp(sink[h]) (sink empty: none). An empty list
   // gives out 0. Called from several threads at once.
   std::function<std::vector<int>(int t)> sparse_positions;
+  // With sparse_positions, optional: the extra cache's keys token t also attends in the same
+  // softmax, appended to `rows` as 576 dequantized values each (duplicates repeated).
+  std::function<void(int t, std::vector<double>& rows)> sparse_extra_rows;
   std::span<const float> sink;  // [heads] or empty
 };
 

@@ -39,6 +39,7 @@ constexpr float kScale = 0.07216878f;  // 1/sqrt(192)
 constexpr float kEpsilon = 1e-6f;
 constexpr int kChunkRows = 4096;       // the pool's period (every page size divides it)
 constexpr int kMaxWeightCopies = 64;  // h 16: 2 MiB of weights per copy
+constexpr int kExtraRows = 512;       // the sparse extra cache's rows
 
 // The fp8 error model of the whole branch against its unquantized float64 twin: e4m3
 // rounds by at most 2^-4 relative, ~2^-4/√3 RMS per value; the activations are quantized
@@ -53,12 +54,13 @@ struct BranchCase {
   bool block = false;  // the 656-byte cache (sparse only); neither: bf16
   bool varq = false;   // each sequence's new tokens uniform in 0..q_len (0 included)
   int topk = 0;        // sparse attention: indices per token, with a sink (0: dense)
+  int extra = 0;       // sparse: the extra cache's indices per token (0: none)
   MlaBranchStage stage = MlaBranchStage::kAll;
   const char* cache_name() const { return fp8 ? "fp8" : block ? "fp8b" : "bf16"; }
   nlohmann::ordered_json to_json() const {
     return {{"b", b},     {"q_len", q_len},         {"h", h},
             {"s_k", s_k}, {"page", page},           {"cache", cache_name()},
-            {"varq", varq ? 1 : 0}, {"topk", topk}, {"stage", std::string(to_string(stage))}};
+            {"varq", varq ? 1 : 0}, {"topk", topk}, {"extra", extra}, {"stage", std::string(to_string(stage))}};
   }
 };
 
@@ -81,6 +83,7 @@ BranchCase read_case(const json& s) {
     else if (key == "page") c.page = int_in(64, 256);
     else if (key == "varq") c.varq = int_in(0, 1) == 1;
     else if (key == "topk") c.topk = int_in(0, 65536);
+    else if (key == "extra") c.extra = int_in(0, 4096);
     else if (key == "cache") {
       if (v != "bf16" && v != "fp8" && v != "fp8b")
         fail_arg("mla_decode_branch_fp8 shape key 'cache'",
@@ -97,13 +100,14 @@ BranchCase read_case(const json& s) {
                  fmt::format("must be all, rope, absorb, attention or output, got {}", v.dump()));
     } else {
       fail_arg(fmt::format("mla_decode_branch_fp8 shape key '{}'", key),
-               "is not one of b, q_len, h, s_k, page, cache, varq, topk, stage");
+               "is not one of b, q_len, h, s_k, page, cache, varq, topk, extra, stage");
     }
   }
   if (kChunkRows % c.page != 0) fail_arg("mla_decode_branch_fp8 shape key 'page'", "must be 64, 128 or 256");
   if (c.s_k < c.q_len) fail_arg("mla_decode_branch_fp8 shape key 's_k'", "must be >= q_len (lengths after the step)");
   if (c.block && c.topk == 0) fail_arg("mla_decode_branch_fp8 shape key 'topk'", "must be >= 1 with cache fp8b (sparse)");
   if (c.fp8 && c.topk > 0) fail_arg("mla_decode_branch_fp8 shape key 'topk'", "must be 0 with cache fp8 (dense only)");
+  if (c.extra > 0 && c.topk == 0) fail_arg("mla_decode_branch_fp8 shape key 'extra'", "needs topk >= 1 (sparse)");
   return c;
 }
 
@@ -228,6 +232,9 @@ class BranchProblem final : public Problem {
     before_d_ = upload(before_);
     table_d_ = upload(table_);
     indices_d_ = upload(indices_);
+    extra_d_ = upload(extra_host_);
+    extra_indices_d_ = upload(extra_indices_);
+    extra_lens_d_ = upload(extra_lens_);
     lens_d_ = upload(lens_);
     sink_d_ = upload(sink_);
     out_ = DeviceBuffer(std::max<size_t>(1, static_cast<size_t>(tokens_) * c.h * 128 * 2));
@@ -265,6 +272,35 @@ class BranchProblem final : public Problem {
     std::normal_distribution<float> d(0.0f, 1.0f);
     sink_.resize(static_cast<size_t>(c_.h));
     for (auto& x : sink_) x = d(gen);
+    if (c_.extra == 0) return;
+    // The extra cache: kExtraRows rows of their own in the main cache's format, each token
+    // listing rows uniform over them (test scale: with -1, rows past the pool and lengths
+    // 0 .. extra + 2, as above).
+    const std::vector<uint16_t> rows = draw_bf16(size_t{kExtraRows} * 576, 0.0f, 1.0f, gen);
+    extra_host_.resize(size_t{kExtraRows} * row_bytes_);
+    for (int r = 0; r < kExtraRows; ++r) {
+      const std::vector<uint8_t> row = mla_branch_encode_cache_row(
+          c_.block ? MlaBranchCacheLayout::kFp8Block : MlaBranchCacheLayout::kBf16, &rows[size_t(r) * 576], nullptr);
+      std::memcpy(&extra_host_[size_t(r) * row_bytes_], row.data(), row.size());
+    }
+    extra_indices_.assign(static_cast<size_t>(tokens_) * c_.extra, -1);
+    extra_lens_.assign(static_cast<size_t>(tokens_), c_.extra);
+    extra_rows_.assign(static_cast<size_t>(tokens_), {});
+    std::uniform_int_distribution<int> row(0, kExtraRows - 1), elen(0, c_.extra + 2);
+    for (int t = 0; t < tokens_; ++t) {
+      if (hostile) extra_lens_[t] = t == 1 ? 0 : elen(gen);
+      const int n = std::clamp(extra_lens_[t], 0, c_.extra);
+      for (int i = 0; i < c_.extra; ++i) {
+        int32_t& x = extra_indices_[static_cast<size_t>(t) * c_.extra + i];
+        const int k = hostile ? kind(gen) : 2;
+        if (k == 0) x = -1;
+        else if (k == 1) x = kExtraRows + i;
+        else {
+          x = row(gen);
+          if (i < n) extra_rows_[t].push_back(x);
+        }
+      }
+    }
   }
 
   int64_t physical_row(int b, int pos) const {
@@ -303,6 +339,12 @@ class BranchProblem final : public Problem {
       a.indices = TensorView::contiguous(indices_d_.data(), DType::kI32, {t, c_.topk});
       a.topk_lengths = TensorView::contiguous(lens_d_.data(), DType::kI32, {t});
       a.attn_sink = TensorView::contiguous(sink_d_.data(), DType::kF32, {h});
+    }
+    if (c_.extra > 0) {
+      a.extra_kv_cache = c_.block ? TensorView::contiguous(extra_d_.data(), DType::kU8, {kExtraRows, row_bytes_})
+                                  : TensorView::contiguous(extra_d_.data(), DType::kBF16, {kExtraRows, 576});
+      a.extra_indices = TensorView::contiguous(extra_indices_d_.data(), DType::kI32, {t, c_.extra});
+      a.extra_topk_lengths = TensorView::contiguous(extra_lens_d_.data(), DType::kI32, {t});
     }
     return a;
   }
@@ -380,6 +422,9 @@ class BranchProblem final : public Problem {
   BranchCase c_;
   std::vector<int32_t> offsets_, before_, after_, table_, ref_table_, indices_, lens_;
   std::vector<std::vector<int>> positions_;  // sparse: the positions token t reads (valid, in order)
+  std::vector<int32_t> extra_indices_, extra_lens_;
+  std::vector<std::vector<int>> extra_rows_;  // the extra cache's rows token t reads
+  std::vector<uint8_t> extra_host_;          // the extra cache [kExtraRows, row bytes]
   std::vector<float> sink_;
   std::vector<int64_t> new_rows_;
   int tokens_ = 0, max_pages_ = 0, num_pages_ = 0, max_pos_ = 0, copies_ = 1, row_bytes_ = 0;
@@ -388,7 +433,7 @@ class BranchProblem final : public Problem {
   std::vector<uint8_t> chunk_;
   Weight w_uk_, w_uv_;
   DeviceBuffer q_, kv_in_, gamma_, freqs_d_, offsets_d_, before_d_, table_d_, pool_, pool_scale_, out_,
-      indices_d_, lens_d_, sink_d_;
+      indices_d_, lens_d_, sink_d_, extra_d_, extra_indices_d_, extra_lens_d_;
   std::function<void()> full_run_;
 };
 
@@ -477,6 +522,14 @@ Verdict BranchProblem::check(int sampled_rows) const {
   if (c_.topk > 0) {
     p.sparse_positions = [this](int t) { return positions_[static_cast<size_t>(t)]; };
     p.sink = sink_;
+    if (c_.extra > 0)
+      p.sparse_extra_rows = [this, layout](int t, std::vector<double>& rows) {
+        for (int r : extra_rows_[static_cast<size_t>(t)]) {
+          rows.resize(rows.size() + 576);
+          mla_branch_decode_cache_row(layout, &extra_host_[static_cast<size_t>(r) * row_bytes_], 0.0f,
+                                      rows.data() + rows.size() - 576);
+        }
+      };
   }
   const MlaBranchReference ref = mla_branch_reference(p, sample);
   const double cosine = sample.empty() ? 1.0 : mla_branch_cosine(out, ref);
@@ -502,7 +555,8 @@ double BranchProblem::bytes() const {
   const double weights = h * 512 * 128 + h * 4 * 4;  // e4m3 codes + scales, per projection
   double cache = 0;  // dense: every row of every sequence once; sparse: every valid index
   if (c_.topk > 0)
-    for (const auto& list : positions_) cache += static_cast<double>(list.size()) * row_bytes_;
+    for (size_t t = 0; t < positions_.size(); ++t)
+      cache += static_cast<double>(positions_[t].size() + (extra_rows_.empty() ? 0 : extra_rows_[t].size())) * row_bytes_;
   else
     for (int b = 0; b < c_.b; ++b) cache += static_cast<double>(after_[b]) * (row_bytes_ + (c_.fp8 ? 4 : 0));
   const double new_rows = t * (row_bytes_ + (c_.fp8 ? 4 : 0));
@@ -520,7 +574,8 @@ double BranchProblem::flops() const {
   const double proj = 2.0 * tokens_ * c_.h * 512 * 128;
   double pairs = 0;
   if (c_.topk > 0)
-    for (const auto& list : positions_) pairs += static_cast<double>(list.size());
+    for (size_t t = 0; t < positions_.size(); ++t)
+      pairs += static_cast<double>(positions_[t].size() + (extra_rows_.empty() ? 0 : extra_rows_[t].size()));
   else
     for (int b = 0; b < c_.b; ++b)
       for (int i = 0; i < offsets_[b + 1] - offsets_[b]; ++i) pairs += before_[b] + i + 1;
@@ -596,7 +651,7 @@ ProblemKind mla_decode_branch_fp8_problem() {
         BranchCase c;
         c.b = 3, c.h = h, c.s_k = 300, c.block = block, c.topk = 72;
         v.push_back(c.to_json());
-        c.b = 5, c.q_len = 4, c.varq = true, c.topk = 40;
+        c.b = 5, c.q_len = 4, c.varq = true, c.topk = 40, c.extra = 16;
         if (h == 16) v.push_back(c.to_json());
       }
     return v;

@@ -33,6 +33,7 @@ tests=(
   "mla_decode_branch_fp8's rope stage: q bit for bit, hostile positions write nothing"
   "mla_decode_branch_fp8 replays from a CUDA graph with new activations"
   "mla_decode_branch_fp8's projection: one small call per tile shape"
+  "mla_decode_branch_fp8 (sparse) replays from a CUDA graph with new indices"
   "mha_fwd unchecked: hostile lengths, table entries and offsets stay in bounds"
   "mla_decode_fp8's three-tensor form equals the 640-byte form bit for bit"
   "mla_decode_fp8 replays from a CUDA graph with new lengths and values"

@@ -142,12 +142,16 @@ TEST_CASE("mla_decode_branch_fp8 matches the unfused float64 branch", "[gpu][mla
     cases.push_back({{"b", 2}, {"q_len", 1}, {"h", 16}, {"s_k", 3000}, {"page", 128}, {"cache", cache}});
     cases.push_back({{"b", 3}, {"q_len", 2}, {"h", 64}, {"s_k", 257}, {"stage", "attention"}, {"cache", cache}});
   }
-  // Sparse attention (hostile index lists, lengths 0 .. topk + 2, a sink) on its two caches.
+  // Sparse attention (hostile index lists, lengths 0 .. topk + 2, a sink) on its two caches,
+  // with and without the extra cache.
   for (const char* cache : {"bf16", "fp8b"}) {
     cases.push_back({{"b", 1}, {"q_len", 1}, {"h", 128}, {"s_k", 1}, {"cache", cache}, {"topk", 5}});
     cases.push_back({{"b", 4}, {"q_len", 2}, {"h", 128}, {"s_k", 129}, {"cache", cache}, {"topk", 64}});
     cases.push_back({{"b", 9}, {"q_len", 8}, {"h", 16}, {"s_k", 70}, {"varq", 1}, {"cache", cache}, {"topk", 33}});
     cases.push_back({{"b", 3}, {"q_len", 1}, {"h", 64}, {"s_k", 3000}, {"page", 128}, {"cache", cache}, {"topk", 300}});
+    // With the extra cache in the same softmax (its own hostile lists and lengths).
+    cases.push_back({{"b", 4}, {"q_len", 2}, {"h", 128}, {"s_k", 129}, {"cache", cache}, {"topk", 64}, {"extra", 24}});
+    cases.push_back({{"b", 9}, {"q_len", 8}, {"h", 16}, {"s_k", 70}, {"varq", 1}, {"cache", cache}, {"topk", 33}, {"extra", 70}});
   }
   for (const json& c : cases) {
     INFO(c.dump());
@@ -353,6 +357,68 @@ TEST_CASE("mla_decode_branch_fp8 replays from a CUDA graph with new activations"
     const auto got = s.out_d.download_as<uint16_t>(s.out_d.bytes() / 2);
     CHECK(got == want);
     CHECK(std::none_of(got.begin(), got.end(), [](uint16_t x) { return (x & 0x7f80) == 0x7f80; }));
+  }
+  api.cuGraphExecDestroy(exec);
+  api.cuGraphDestroy(graph);
+  api.cuStreamDestroy(stream);
+}
+
+// Sparse attention inside the captured branch: new activations and new index lists between
+// replays (the lists live on the GPU; the graph reads them where they are).
+TEST_CASE("mla_decode_branch_fp8 (sparse) replays from a CUDA graph with new indices",
+          "[gpu][mla_decode_branch_fp8][graph]") {
+  if (!test::gpu_or_skip()) return;
+  const driver::Api& api = driver::api();
+  Step s(false);
+  constexpr int kTopk = 40, kRows = Step::kPages * Step::kPage;
+  auto draw_indices = [] {
+    std::uniform_int_distribution<int> row(-2, kRows + 1);  // a few skipped values each
+    std::vector<int32_t> v(size_t{5} * kTopk);
+    for (auto& x : v) x = row(test::rng());
+    return v;
+  };
+  harness::DeviceBuffer idx_d(size_t{5} * kTopk * 4), sink_d(size_t{Step::kH} * 4);
+  idx_d.upload(draw_indices());
+  std::vector<float> sink(Step::kH);
+  for (int h = 0; h < Step::kH; ++h) sink[size_t(h)] = 0.25f * static_cast<float>(h) - 1.0f;
+  sink_d.upload(sink);
+  MlaDecodeBranchFp8Args a = s.args();
+  a.indices = TensorView::contiguous(idx_d.data(), DType::kI32, {5, kTopk});
+  a.attn_sink = TensorView::contiguous(sink_d.data(), DType::kF32, {Step::kH});
+  const MlaDecodeBranchFp8Plan plan = mla_decode_branch_fp8_plan(mla_decode_branch_fp8_shape(a, 3));
+  REQUIRE(plan.shape.topk == kTopk);
+  harness::DeviceBuffer ws(plan.workspace_bytes);
+  const Workspace w{ws.data(), plan.workspace_bytes};
+  CUstream stream;
+  ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+  auto direct = [&] {
+    mla_decode_branch_fp8_schedule(plan, a, w, stream);
+    mla_decode_branch_fp8(a, plan, w, stream);
+    ATTNJIT_CU(cuStreamSynchronize, stream);
+    return s.out_d.download_as<uint16_t>(s.out_d.bytes() / 2);
+  };
+  ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  mla_decode_branch_fp8_schedule(plan, a, w, stream);
+  mla_decode_branch_fp8(a, plan, w, stream);
+  CUgraph graph;
+  ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
+  CUgraphExec exec;
+  ATTNJIT_CU(cuGraphInstantiate, &exec, graph, 0);
+  std::vector<uint16_t> first;
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      s.q_d.upload(bf16_draw(s.q.size(), 0.0f, 1.0f));
+      idx_d.upload(draw_indices());
+    }
+    const auto want = direct();
+    s.out_d.fill_byte(0xFF);
+    ATTNJIT_CU(cuGraphLaunch, exec, stream);
+    ATTNJIT_CU(cuStreamSynchronize, stream);
+    const auto got = s.out_d.download_as<uint16_t>(s.out_d.bytes() / 2);
+    CHECK(got == want);
+    CHECK(std::none_of(got.begin(), got.end(), [](uint16_t x) { return (x & 0x7f80) == 0x7f80; }));
+    if (round == 0) first = got;
+    else CHECK(got != first);  // the new lists and activations reached the replay
   }
   api.cuGraphExecDestroy(exec);
   api.cuGraphDestroy(graph);
