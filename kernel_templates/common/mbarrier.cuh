@@ -53,6 +53,22 @@ ATTNJIT_DEVICE void mbarrier_expect_tx(MBarrier* bar, u32 tx_bytes) {
 }
 
 // Non-blocking probe: true once the phase with parity `phase` has completed.
+// Whether phase `phase` has completed, without waiting (try_wait may suspend the thread
+// for a while before it answers).
+ATTNJIT_DEVICE bool mbarrier_test_wait(MBarrier* bar, u32 phase) {
+  u32 done = 0;
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "  selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_u32(bar)), "r"(phase)
+      : "memory");
+  return done != 0;
+}
+
 ATTNJIT_DEVICE bool mbarrier_try_wait(MBarrier* bar, u32 phase) {
   u32 done = 0;
   asm volatile(

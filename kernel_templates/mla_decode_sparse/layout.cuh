@@ -69,30 +69,35 @@ struct Args {
                       // (-inf: none), or null; written only when unsplit (the prefill)
 };
 
-// The gather rings, filled by the two P·V warpgroups, each the half of every row whose V
-// columns it reads. bf16 rows go by 16-byte cp.async straight into the swizzled KV tiles,
-// so the KV ring is `stages` deep. fp8 rows go raw (as stored) into a ring of `stages`
-// staging tiles, rows kRawRowStride apart: 656 B padded so that two rows' 64-byte quarters
-// fall in different banks, with room at kRawScaleCopy for the second half's own copy of
-// the row's scales. Each P·V warpgroup then widens its half of a raw tile into a ring of
-// two bf16 KV tiles, two tiles before S needs it.
+// The gather rings. softmax_wg: filled by the two P·V warpgroups, each the half of every
+// row whose V columns it reads. bf16 rows go by 16-byte cp.async straight into the swizzled
+// KV tiles, so the KV ring is `stages` deep. fp8 rows go raw (as stored) into a ring of
+// `stages` staging tiles, rows kRawRowStride apart: 656 B padded so that two rows' 64-byte
+// quarters fall in different banks, with room at kRawScaleCopy for the second half's own
+// copy of the row's scales. Each P·V warpgroup then widens its half of a raw tile into a
+// ring of two bf16 KV tiles, two tiles before S needs it. two_consumers: the producer
+// fills 4 KV stages in both layouts (an fp8 row's raw bytes land in its own ring row and
+// are widened there, fp8_producer.cuh), so it has no raw ring.
 inline constexpr int kGatherKeys = 32;  // keys per gathered tile (one ring stage)
 inline constexpr int kRawRowStride = 704;
 inline constexpr int kRawScaleCopy = kFp8RowBytes;  // [656, 672): the scales again, for half 1
-ATTNJIT_PLAN int kv_stages(bool fp8, int stages) { return fp8 ? 2 : stages; }
+ATTNJIT_PLAN bool raw_ring(bool fp8, bool two_consumers) { return fp8 && !two_consumers; }
+ATTNJIT_PLAN int kv_stages(bool fp8, int stages, bool two_consumers) {
+  return raw_ring(fp8, two_consumers) ? 2 : stages;
+}
 ATTNJIT_PLAN int raw_tile_bytes(int block_n) { return (block_n * kRawRowStride + 1023) / 1024 * 1024; }
 
 // Dynamic shared memory of the main kernel: Q, the KV tiles, P, the raw ring (fp8), each
 // tile's key validity, row statistics, mbarriers, rounded to the 1024-byte tile alignment,
 // plus 1024 to realign the dynamic base. The kernel's SharedStorage static_asserts it.
 ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages, bool two_consumers) {
-  const int kv = kv_stages(fp8, stages);
+  const int kv = kv_stages(fp8, stages, two_consumers);
   const int q_tile = 64 * kHeadDim * 2;            // 72 KiB
   const int kv_tile = kGatherKeys * kHeadDim * 2;  // 36 KiB per ring stage
   const int p_tile = 64 * block_n * 2;             // block_n: keys per S step
   // The raw ring (tiles, their validity, an mbarrier per tile and half) comes first, padded to the
   // 1024-byte alignment of the Q tile after it.
-  const int raw = fp8 ? (stages * (raw_tile_bytes(kGatherKeys) + kGatherKeys * 4 + 2 * 8) + 1023) / 1024 * 1024 : 0;
+  const int raw = raw_ring(fp8, two_consumers) ? (stages * (raw_tile_bytes(kGatherKeys) + kGatherKeys * 4 + 2 * 8) + 1023) / 1024 * 1024 : 0;
   const int valid = kv * kGatherKeys * 4;  // 1: the key's row is gathered
   const int stats = 3 * 64 * 4;        // row scale, max, sum
   const int barriers = (1 + kv) * 8;

@@ -75,15 +75,16 @@ struct Traits {
   static constexpr int kSoftmaxRegs = 120;
   static constexpr int kPvRegs = 192;
   static_assert(kSoftmaxRegs + 2 * kPvRegs <= 3 * 168, "register budgets over the launch's");
-  // two_consumers: the producer only gathers (88: this step's and the next step's 8
-  // indices and the row math without spills; 72 spilled); a consumer holds O[64 × 256],
-  // S[64 × 64] and P's RS fragments (ptxas fits them in 208).
+  // two_consumers: the producer only gathers (88: bf16 this step's and the next step's 8
+  // indices and the row math without spills, 72 spilled; fp8 one fill's raw rows, 52
+  // registers, beside a half's indices); a consumer holds O[64 × 256], S[64 × 64] and P's
+  // RS fragments (ptxas fits them in 208; at 200 it spilled).
   static constexpr int kProducerRegs = 88;
   static constexpr int kConsumerRegs = 208;
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budgets over the launch's");
   static constexpr int kBarThreads = kThreads;             // kPFree, kPReady, kStats, kFirstTiles: all three
-  static constexpr int kKvStages = kv_stages(kFp8, P.stages);
-  static constexpr int kRawStages = kFp8 ? P.stages : 0;
+  static constexpr int kKvStages = kv_stages(kFp8, P.stages, kTwoConsumers);
+  static constexpr int kRawStages = raw_ring(kFp8, kTwoConsumers) ? P.stages : 0;
   static constexpr int kRawBytes = raw_tile_bytes(kTileKeys);
   static constexpr int kRingRows = kKvStages * kTileKeys;  // KV ring: key rows of every stage
   // A P·V warpgroup's threads per key when it gathers or widens its half of a tile.
@@ -93,16 +94,17 @@ struct Traits {
   static constexpr int kRowTiles = row_tiles(P.num_heads);  // CTAs per query token
 
   // 32-key gather tiles: 4 bf16 (or 3 raw fp8) in flight beside Q. (64-key gather tiles
-  // fit only 2 bf16 stages, and their gather spilled the P·V warpgroups' registers.) fp8
-  // widens into 2 bf16 stages, one 32-key step each.
-  static_assert(P.block_n == 32 || (P.block_n == 64 && !kFp8), "32-key steps, or 64 for bf16");
+  // fit only 2 bf16 stages, and their gather spilled the P·V warpgroups' registers.)
+  // softmax_wg's fp8 widens into 2 bf16 stages, one 32-key step each.
+  static_assert(P.block_n == 32 || (P.block_n == 64 && (!kFp8 || kTwoConsumers)),
+                "32-key steps, or 64 for bf16 and two_consumers");
   static_assert(P.stages >= 2 && P.stages <= 4, "gather ring of 2..4 tiles");
   static_assert(kKvStages % kStepTiles == 0 && (kTwoConsumers || kKvStages >= 2 * kStepTiles),
                 "the ring holds whole steps; softmax_wg two at least (S of one beside P·V of the "
                 "other); two_consumers refills each half of a step's buffers as it is read");
   static_assert(P.num_heads >= 8 && P.num_heads <= 128, "h in 8..128");
-  static_assert(!kTwoConsumers || (!kFp8 && P.block_n == 64 && P.stages == 4),
-                "two_consumers: bf16, a 64-key S per consumer (two ring stages each), 4 stages");
+  static_assert(!kTwoConsumers || (P.block_n == 64 && P.stages == 4),
+                "two_consumers: a 64-key S per consumer (two ring stages each), 4 stages");
 };
 
 enum class Bar : u32 {
@@ -113,8 +115,8 @@ enum class Bar : u32 {
   kFirstTiles = 4,  // the P·V warpgroups gathered (fp8: and widened) the first tiles
 };
 
-// The fp8 raw ring: rows as stored (kRawRowStride apart), filled by cp.async.
-template <auto P, bool kFp8 = Traits<P>::kFp8>
+// softmax_wg's fp8 raw ring: rows as stored (kRawRowStride apart), filled by cp.async.
+template <auto P, bool kRaw = (Traits<P>::kRawStages > 0)>
 struct RawRing {};
 template <auto P>
 struct RawRing<P, true> {
@@ -615,7 +617,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     } else {
       for (int i = 0; i < Traits<P>::kKvStages; ++i) mbarrier_init(&s.kv_full[i], 2 * kWarpgroupThreads);
     }
-    if constexpr (Traits<P>::kFp8)
+    if constexpr (Traits<P>::kRawStages > 0)
       for (int i = 0; i < Traits<P>::kRawStages; ++i)
         for (int h = 0; h < 2; ++h) mbarrier_init(&s.raw_full[i][h], kWarpgroupThreads);
     fence_mbarrier_init();

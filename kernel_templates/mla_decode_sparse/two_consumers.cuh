@@ -1,6 +1,6 @@
 #pragma once
-// mla_decode_sparse's two_consumers schedule (bf16 rows, block_n 64, 4 stages): FlashMLA's
-// Hopper sparse-prefill roles on this kernel's ring, Q tile and epilogue
+// mla_decode_sparse's two_consumers schedule (block_n 64, 4 stages; bf16 or fp8 rows):
+// FlashMLA's Hopper sparse-prefill roles on this kernel's ring, Q tile and epilogue
 // (sm90_mla_decode_sparse.cuh, which includes this file).
 //
 // A step is 128 keys: the even 64 (KV buffer 0 = ring stages 0, 1) and the odd 64
@@ -8,10 +8,12 @@
 // (V columns [0, 256)) and hi = chunks 4..8 (V columns [256, 512) and the rope), each
 // refilled as soon as its last reader is done.
 //   WG0  producer: per step, the four halves in the order the consumers free them (buf 0
-//        lo, buf 1 hi, buf 0 hi, buf 1 lo), 16-byte cp.async into the swizzled ring; 16
-//        groups of 8 threads, a group 4 keys, its 8 threads the 16-byte units of a
-//        128-byte chunk row (one coalesced line per key and chunk); the indices a step
-//        ahead.
+//        lo, buf 1 hi, buf 0 hi, buf 1 lo); 16 groups of 8 threads, a group 4 keys; the
+//        indices ahead (bf16 a step, fp8 from a buffer's last fill of the step on).
+//        bf16: 16-byte cp.async into the swizzled ring, a group's 8 threads the 16-byte
+//          units of a 128-byte chunk row (one coalesced line per key and chunk).
+//        fp8 (656-byte rows): the same cp.async of each key's raw half into its own ring
+//          row, then widened in place (e4m3 · scale → bf16) a fill later: fp8_producer.cuh.
 //   WG1  even consumer, O[:, 0:256): S_even = Q·K_evenᵀ [64 × 64]; the row max so far
 //        (running max, then the even keys) to WG2; P_even·V_even[lo] from registers (RS);
 //        then the step's final max from WG2: P_even rescaled to it into shared memory for
@@ -29,9 +31,10 @@
 // buf 1: hi), after the consumer that reads them released that half, so after its mask.
 //
 // Hand-offs, each named once:
-//   kv_full[2·buf + half]   the producer's cp.async of that half landed (one noinc arrival
-//                           per thread), and the 16 marking threads' flags are published
-//                           (one release arrival each, on every fill).
+//   kv_full[2·buf + half]   bf16: the producer's cp.async of that half landed (one noinc
+//                           arrival per thread), and the 16 marking threads' flags are
+//                           published (one release arrival each, on every fill). fp8: each
+//                           producer thread's widened stores (and flags) are done.
 //   x.kv_empty[2·buf + half]  its reader retired: buf 0 lo WG1 (P_even·V lo), buf 0 hi WG2
 //                           (P_even·V hi, P_even), buf 1 hi WG2 (P_odd·V hi), buf 1 lo WG1
 //                           (P_odd·V lo; P_odd in s.p is rewritten only after this refill).
@@ -69,10 +72,14 @@ ATTNJIT_DEVICE MBarrier* full_bar(SharedStorage<P>& s, int buf, int half) { retu
 template <auto P>
 ATTNJIT_DEVICE MBarrier* empty_bar(SharedStorage<P>& s, int buf, int half) { return &s.x.kv_empty[2 * buf + half]; }
 
+// kv_full's arrivals per fill. bf16: a cp.async arrival per producer thread and a
+// marker's per group. fp8: each producer thread's, after its widened stores (a marker's
+// flags are stored before it).
 template <auto P>
 ATTNJIT_DEVICE void init_consumer_barriers(SharedStorage<P>& s) {
-  for (int i = 0; i < Traits<P>::kKvStages; ++i) {
-    mbarrier_init(&s.kv_full[i], kWarpgroupThreads + kGroups);
+  constexpr u32 kFull = Traits<P>::kFp8 ? kWarpgroupThreads : kWarpgroupThreads + kGroups;
+  for (int i = 0; i < Traits<P>::kKvStages; ++i) {  // i = 2·buf + half
+    mbarrier_init(&s.kv_full[i], kFull);
     mbarrier_init(&s.x.kv_empty[i], kWarpgroupThreads);
   }
 }
@@ -127,17 +134,27 @@ ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const RowOf& row_of
   if (marks) mbarrier_arrive(full_bar(s, kBuf, kHalf));
 }
 
+}  // namespace attnjit::mla_decode_sparse
+
+#include "mla_decode_sparse/fp8_producer.cuh"
+
+namespace attnjit::mla_decode_sparse {
+
 template <auto P>
 ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w) {
   using C = Consumers<P>;
   const int tid = thread_in_warpgroup();
   const int group = tid / kGroupThreads, unit = tid % kGroupThreads;
-  const u32 dst = fill_base(s, group, unit);
   const int steps = (w.tile_end - w.tile_begin) / Traits<P>::kStepTiles;
   // Key j of buffer b, r of this thread in step `step` (its place in the token's list).
   const auto key = [&](int step, int b, int r) {
     return (w.tile_begin + step * Traits<P>::kStepTiles) * kGatherKeys + b * C::kBufKeys + group + kGroups * r;
   };
+  if constexpr (Traits<P>::kFp8) {
+    if (steps > 0) produce_fp8<P>(s, a, w, steps, key, group, unit);
+    return;
+  }
+  const u32 dst = fill_base(s, group, unit);
   // The indices are loaded a step ahead: their latency (a dependent global load before
   // any row can be gathered) then hides behind the step before.
   int next[2][C::kKeysPerThread];
@@ -236,6 +253,7 @@ ATTNJIT_DEVICE void mask_and_max(float (&sc)[Consumers<P>::kSAcc], u32 valid_add
 }
 
 // Raw masked scores → P = exp2(s·c − m) in place; adds this thread's part of the row sums.
+// (Packing each pair into its RS fragment as it is computed spilled more, not less.)
 template <auto P>
 ATTNJIT_DEVICE void exponentiate(float (&sc)[Consumers<P>::kSAcc], const RowState& rs, float scale_log2,
                                  float (&l)[2]) {

@@ -73,7 +73,11 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
   bad.num_heads = 4;  // below 8: not a head count the op serves
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'num_heads'");
   bad = c;
-  bad.stages = 4;  // fp8: Q, 2 bf16 tiles and 4 raw tiles of 32 keys need 240 KiB
+  bad.schedule = MlaSparseSchedule::kSoftmaxWarpgroup;
+  bad.block_n = 32;
+  bad.stages = 3;  // softmax_wg's fp8: Q, 2 bf16 tiles and 3 raw tiles fit
+  REQUIRE_NOTHROW(bad.validate());
+  bad.stages = 4;  // and 4 raw tiles of 32 keys need 240 KiB
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'stages'", "shared memory");
   bad.cache_layout = MlaSparseLayout::kBF16;
   REQUIRE_NOTHROW(bad.validate());  // bf16: 4 tiles of 36 KiB fit
@@ -82,24 +86,24 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
   bad.stages = 3;  // a ring of 1.5 steps
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "stages 4");
   bad.stages = 4;
-  bad.cache_layout = MlaSparseLayout::kFp8;  // fp8 widens into 32-key steps
-  REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "bf16");
+  bad.cache_layout = MlaSparseLayout::kFp8;  // softmax_wg's fp8 widens into 32-key steps
+  REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "two_consumers");
   bad.block_n = 48;
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
-  CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 128).block_n == 64);
-  CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kFp8, 128).block_n == 32);
-  // two_consumers: a 64-key S per consumer (so bf16 and stages 4 too); the bf16 default,
-  // while fp8 keeps softmax_wg.
-  CHECK(mla_decode_sparse_default_config(MlaSparseLayout::kFp8, 64).schedule == MlaSparseSchedule::kSoftmaxWarpgroup);
-  MlaDecodeSparseConfig two = mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 64);
-  CHECK(two.schedule == MlaSparseSchedule::kTwoConsumers);
-  REQUIRE_NOTHROW(two.validate());
-  CHECK(MlaDecodeSparseConfig::from_json(two.to_json()) == two);
-  two.block_n = 32;
-  REQUIRE_ERROR(two.validate(), ErrorKind::kUnsupportedConfig, "'schedule'", "block_n 64");
-  two.block_n = 64;
-  two.cache_layout = MlaSparseLayout::kFp8;
-  REQUIRE_ERROR(two.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "bf16");
+  // two_consumers: a 64-key S per consumer (so stages 4 too); the default of both layouts.
+  for (MlaSparseLayout l : {MlaSparseLayout::kBF16, MlaSparseLayout::kFp8})
+    for (int h : {8, 64, 128}) {
+      MlaDecodeSparseConfig two = mla_decode_sparse_default_config(l, h);
+      CHECK(two.schedule == MlaSparseSchedule::kTwoConsumers);
+      CHECK(two.block_n == 64);
+      REQUIRE_NOTHROW(two.validate());
+      CHECK(MlaDecodeSparseConfig::from_json(two.to_json()) == two);
+      two.block_n = 32;
+      REQUIRE_ERROR(two.validate(), ErrorKind::kUnsupportedConfig, "'schedule'", "block_n 64");
+      two.block_n = 64;
+      two.stages = 3;
+      REQUIRE_ERROR(two.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "stages 4");
+    }
   REQUIRE_ERROR(MlaDecodeSparseConfig::from_json(R"({"cache_layout":"fp16"})"),
                 ErrorKind::kUnsupportedConfig, "cache_layout");
   const ops::OpSpec& op = ops::find_op("mla_decode_sparse");

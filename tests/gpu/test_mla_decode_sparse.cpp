@@ -70,14 +70,19 @@ TEST_CASE("mla_decode_sparse matches float64 on hostile indices", "[gpu][mla_dec
   }
 }
 
-TEST_CASE("mla_decode_sparse's softmax_wg schedule on bf16 rows matches float64", "[gpu][mla_decode_sparse]") {
+TEST_CASE("mla_decode_sparse's softmax_wg schedule matches float64", "[gpu][mla_decode_sparse]") {
   if (!test::gpu_or_skip()) return;
-  // bf16's default is two_consumers; softmax_wg (fp8's schedule) on bf16 rows, 64-key
-  // steps over pairs of stages, split runs of whole steps.
-  const json config = {{"schedule", "softmax_wg"}, {"block_n", 64}, {"stages", 4}};
-  for (int h : {8, 64, 128}) run_and_judge(hostile({{"layout", "bf16"}, {"h", h}}), &config);
-  for (int splits : {1, 3}) run_and_judge(hostile({{"layout", "bf16"}, {"sink", "finite"}, {"splits", splits}}), &config);
-  run_and_judge(hostile({{"layout", "bf16"}, {"lens", "token"}, {"q_len", 2}, {"topk_extra", 100}}), &config);
+  // Both layouts default to two_consumers. softmax_wg stays selectable: on bf16 rows in
+  // 64-key steps over pairs of stages, on fp8 rows in 32-key steps through the raw ring;
+  // split runs of whole steps.
+  const json bf16 = {{"schedule", "softmax_wg"}, {"block_n", 64}, {"stages", 4}};
+  const json fp8 = {{"schedule", "softmax_wg"}, {"block_n", 32}, {"stages", 3}};
+  for (const auto& [layout, config] : {std::pair{"bf16", &bf16}, std::pair{"fp8", &fp8}}) {
+    for (int h : {8, 64, 128}) run_and_judge(hostile({{"layout", layout}, {"h", h}}), config);
+    for (int splits : {1, 3})
+      run_and_judge(hostile({{"layout", layout}, {"sink", "finite"}, {"splits", splits}}), config);
+    run_and_judge(hostile({{"layout", layout}, {"lens", "token"}, {"q_len", 2}, {"topk_extra", 100}}), config);
+  }
 }
 
 TEST_CASE("mla_decode_sparse replays from a CUDA graph with new indices",

@@ -70,15 +70,18 @@ std::string_view to_string(MlaSparseSchedule s) { return ops::enum_name(s); }
 
 void MlaDecodeSparseConfig::validate() const {
   table().check_rules(*this);
-  // A 64-key step is two adjacent 32-key stages of the bf16 ring, and the ring must hold
-  // two steps (S of one beside P·V of the other); fp8 widens into 32-key steps only.
-  if (block_n == 64 && (cache_layout != MlaSparseLayout::kBF16 || stages != 4))
+  // A 64-key step is two adjacent 32-key stages of the KV ring, and the ring must hold two
+  // steps (softmax_wg: S of one beside P·V of the other; two_consumers: its two buffers).
+  // softmax_wg's fp8 widens into 32-key steps only.
+  const bool fp8 = cache_layout == MlaSparseLayout::kFp8;
+  const bool two = schedule == MlaSparseSchedule::kTwoConsumers;
+  if (block_n == 64 && (stages != 4 || (fp8 && !two)))
     fail_config(table().where("block_n"),
-                fmt::format("64 needs cache_layout bf16 and stages 4, got {} and stages {}",
-                            to_string(cache_layout), stages));
-  if (schedule == MlaSparseSchedule::kTwoConsumers && block_n != 64)  // the rest follows from 64
+                fmt::format("64 needs stages 4, and with fp8 schedule two_consumers; got stages {}, {}, {}",
+                            stages, to_string(cache_layout), to_string(schedule)));
+  if (two && block_n != 64)  // stages 4 follows from 64
     fail_config(table().where("schedule"),
-                fmt::format("two_consumers needs block_n 64 (bf16, stages 4), got block_n {}", block_n));
+                fmt::format("two_consumers needs block_n 64 (stages 4), got block_n {}", block_n));
   if (ops::mla_sparse_smem_bytes(*this) > kMaxSmemPerBlock)
     fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
                                                      ops::mla_sparse_smem_bytes(*this),
@@ -99,14 +102,13 @@ MlaDecodeSparseConfig mla_decode_sparse_default_config(MlaSparseLayout layout, i
   MlaDecodeSparseConfig c;
   c.cache_layout = layout;
   c.num_heads = num_heads;
-  // 32-key gather stages, as many in flight as the 227 KiB hold: bf16 4 of 36 KiB, each
-  // consumer's S over 64 keys of them (two_consumers: 2-8 % faster than softmax_wg's
-  // 64-key steps on the bf16 rows, H200); fp8 3 raw stages of 22 KiB beside its
-  // 2 bf16 stages, 32-key steps with softmax_wg (two_consumers is bf16 only).
-  const bool fp8 = layout == MlaSparseLayout::kFp8;
-  c.block_n = fp8 ? 32 : 64;
-  c.stages = fp8 ? 3 : 4;
-  c.schedule = fp8 ? MlaSparseSchedule::kSoftmaxWarpgroup : MlaSparseSchedule::kTwoConsumers;
+  // Both layouts: two_consumers over 4 gather stages of 32 keys (36 KiB each), each
+  // consumer's S over 64 keys of them. bf16: 2-8 % faster than softmax_wg's 64-key steps on
+  // the rows; fp8 (the producer widens each fill in place): 1.12-1.23× softmax_wg's
+  // 32-key steps on every row (H200, docs/performance.md, "mla_decode_sparse").
+  c.block_n = 64;
+  c.stages = 4;
+  c.schedule = MlaSparseSchedule::kTwoConsumers;
   return c;
 }
 
