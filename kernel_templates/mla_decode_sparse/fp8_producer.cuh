@@ -9,10 +9,12 @@
 //           bytes are half as wide, so a key's raw data stays inside its own row); on the hi
 //           half the 64 bf16 rope dims straight to their place; one commit group per fill.
 //           Skipped keys are zero-filled (src-size 0 reads nothing): they widen to zero rows.
-//   widen   once that group landed: key by key, the 8 threads of the key (one warp's lanes)
-//           read their 32 e4m3 and the scale, sync the warp (every read before any write
-//           over the raw bytes), write e4m3 · scale (f32, rounded once) as bf16 where wgmma
-//           reads it; then each thread arrives on kv_full.
+//   widen   once that group landed: the 8 threads of each key (one warp's lanes) read
+//           their 32 e4m3 and the scale, sync the warp (every read before any write over
+//           the raw bytes), write e4m3 · scale (f32, rounded once) as bf16 where wgmma reads
+//           it; then each thread arrives on kv_full.
+// Buffer 1's hi half is widened by its only reader, WG2, before its S (consumer_widen):
+// the producer is the limit, and the consumers wait for it most of the time.
 // Like bf16's cp.async, several fills are in flight: a fill is issued as soon as its half
 // is free, and the previous fill widened after it (before it, when the half is not free
 // yet, so the consumers never wait on a release that waits on them). The first version
@@ -20,7 +22,8 @@
 // flight, 695 µs on (128, 2, 128, 2048) against softmax_wg's 659 (H100).
 //
 // Thread (group, unit): keys group + 16r (r < 4) of the fill, as bf16's producer. It copies
-// the key's raw units unit and unit + 8 (unit 0 also the scales, unit 16), and widens
+// the key's raw units unit and unit + 8 (and unit 16 + unit: unit 0's is the scales, the
+// others zero-fill unused bytes of the row), and widens
 // content bytes [32·unit, +32) of the half (raw units 2·unit, 2·unit + 1) into bf16 bytes
 // 64·unit + 16k (k < 4) of the row.
 
@@ -73,6 +76,10 @@ ATTNJIT_DEVICE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
+// The half the odd consumer widens (consumer_widen); the producer widens the other three.
+template <int kBuf, int kHalf>
+inline constexpr bool kConsumerWidens = kBuf == 1 && kHalf == kHi;
+
 // issue (see the top); also stores the buffer's key validity with its first fill of the
 // step, as bf16's fill() (its consumer's mask of the last step is done: it released).
 template <auto P, int kBuf, int kHalf, class RowOf>
@@ -91,12 +98,18 @@ ATTNJIT_DEVICE void issue_fp8(SharedStorage<P>& s, const Args& a, const RowOf& r
     constexpr int kContent = kHalf * (kValueDim / 2);
     cp_async_16_at<kContent>(at.copy + off, src, bytes);
     cp_async_16_at<kContent + 16 * kGroupThreads>(at.copy + KTile<P>::kChunkBytes + off, src, bytes);
-    if (unit == 0) cp_async_16_at<kFp8ScaleOffset>(at.copy + 2 * KTile<P>::kChunkBytes + off, src, bytes);
+    // The scales: unit 0 copies them to raw unit 16; the other lanes zero-fill raw units
+    // 17..23, unused bytes of their own row (unbranched: the branch spilled the producer).
+    cp_async_16_at<kFp8ScaleOffset>(at.copy + 2 * KTile<P>::kChunkBytes + off, src, unit == 0 ? bytes : 0u);
     if constexpr (kHalf == kHi)
       cp_async_16_at<kFp8RopeOffset>(at.copy + C::kRopeChunk * KTile<P>::kChunkBytes + fp8_offset<P, kBuf, kLo>(r),
                                      src, bytes);
   }
   cp_async_commit();
+  if constexpr (kConsumerWidens<kBuf, kHalf>) {  // kv_full: the raw bytes landed (and the flags)
+    cp_async_arrive(full_bar(s, kBuf, kHalf));
+    mbarrier_arrive(full_bar(s, kBuf, kHalf));  // every thread's: its flags (markers), unbranched
+  }
 }
 
 // 16 e4m3 (one uint4) · sc → 16 bf16 (two uint4), each product rounded once
@@ -116,37 +129,60 @@ ATTNJIT_DEVICE void widen16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
-// widen (see the top), once this thread's groups but the newest kPending landed. All four
-// keys' reads before one __syncwarp and their writes after it, so their shared-memory
-// latencies and conversion chains overlap (one key per __syncwarp: 578 µs on (128, 2, 128,
-// 2048), H100; four: 543 µs, H200).
-template <auto P, int kBuf, int kHalf, int kPending>
-ATTNJIT_DEVICE void widen_fp8(SharedStorage<P>& s, int unit, const Fp8Places& at) {
-  constexpr int kKeys = Consumers<P>::kKeysPerThread;
-  cp_async_wait<kPending>();
-  __syncwarp();  // the keys' other lanes' copies landed too (a key's 8 lanes are this warp's)
-  uint4 raw[kKeys][2];
-  float scale[kKeys];
+// widen (see the top) of this thread's keys, once every lane's copies landed: kBatch keys'
+// reads before one __syncwarp and their writes after it, so their shared-memory latencies
+// and conversion chains overlap (the producer's four at a time: one key per __syncwarp took
+// 578 µs on (128, 2, 128, 2048), H100; four 543 µs, H200). Ends with the stores fenced for
+// wgmma.
+template <auto P, int kBuf, int kHalf, int kBatch = Consumers<P>::kKeysPerThread>
+ATTNJIT_DEVICE void widen_rows(int unit, const Fp8Places& at) {
 #pragma unroll
-  for (int r = 0; r < kKeys; ++r) {
-    const u32 off = fp8_offset<P, kBuf, kHalf>(r);
-    raw[r][0] = ld_shared_16(at.read + off);
-    raw[r][1] = ld_shared_16((at.read ^ 16u) + off);
-    // The scale of content bytes [32·unit, +32) of the half: block 2·half + unit / 4.
-    scale[r] = ld_shared_f32(scales_place<P>(at, unit) + off + 4 * (2 * kHalf + unit / 4));
-  }
-  __syncwarp();  // the keys' raw bytes are read: their rows may be overwritten
+  for (int r0 = 0; r0 < Consumers<P>::kKeysPerThread; r0 += kBatch) {
+    uint4 raw[kBatch][2];
+    float scale[kBatch];
 #pragma unroll
-  for (int r = 0; r < kKeys; ++r) {
-    const u32 off = fp8_offset<P, kBuf, kHalf>(r);
-    uint4 w[4];
-    widen16(raw[r][0], scale[r], w[0], w[1]);
-    widen16(raw[r][1], scale[r], w[2], w[3]);
+    for (int i = 0; i < kBatch; ++i) {
+      const u32 off = fp8_offset<P, kBuf, kHalf>(r0 + i);
+      raw[i][0] = ld_shared_16(at.read + off);
+      raw[i][1] = ld_shared_16((at.read ^ 16u) + off);
+      // The scale of content bytes [32·unit, +32) of the half: block 2·half + unit / 4.
+      scale[i] = ld_shared_f32(scales_place<P>(at, unit) + off + 4 * (2 * kHalf + unit / 4));
+    }
+    __syncwarp();  // these keys' raw bytes are read: their rows may be overwritten
 #pragma unroll
-    for (int k = 0; k < 4; ++k) st_shared_16((at.out ^ (16u * k)) + off, w[k]);
+    for (int i = 0; i < kBatch; ++i) {
+      const u32 off = fp8_offset<P, kBuf, kHalf>(r0 + i);
+      uint4 w[4];
+      widen16(raw[i][0], scale[i], w[0], w[1]);
+      widen16(raw[i][1], scale[i], w[2], w[3]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) st_shared_16((at.out ^ (16u * k)) + off, w[k]);
+    }
   }
   fence_proxy_async_smem();  // generic-proxy stores (and the landed cp.async), read by wgmma
+}
+
+// The producer's widen of a fill, once this thread's groups but the newest kPending landed.
+template <auto P, int kBuf, int kHalf, int kPending>
+ATTNJIT_DEVICE void widen_fp8(SharedStorage<P>& s, int unit, const Fp8Places& at) {
+  cp_async_wait<kPending>();
+  __syncwarp();  // the keys' other lanes' copies landed too (a key's 8 lanes are this warp's)
+  widen_rows<P, kBuf, kHalf>(unit, at);
   mbarrier_arrive(full_bar(s, kBuf, kHalf));
+}
+
+// Buffer 1's hi half is widened by its only reader, the odd consumer (WG2), once kv_full
+// says its raw bytes landed: the producer was the kernel's limit, the consumers wait for
+// it most of the time, and WG2 holds no S yet when it starts a step. kWidened then tells
+// WG2's threads that all of the half is bf16.
+inline constexpr u32 kWidenedBar = 10;  // after ConsumerBar's ids
+template <auto P>
+ATTNJIT_DEVICE void consumer_widen(SharedStorage<P>& s) {
+  const int tid = thread_in_warpgroup();
+  const int unit = tid % kGroupThreads;
+  // Two keys per __syncwarp: beside O's 128 registers, four spilled.
+  widen_rows<P, 1, kHi, 2>(unit, fp8_places(s, tid / kGroupThreads, unit));
+  named_barrier_sync(kWidenedBar, kWarpgroupThreads);
 }
 
 // One fill of the loop: wait for the half's release (step > 0) and issue it, widening the
@@ -156,6 +192,7 @@ ATTNJIT_DEVICE void widen_fp8(SharedStorage<P>& s, int unit, const Fp8Places& at
 template <auto P, int kBuf, int kHalf, int kPrevBuf, int kPrevHalf, class RowOf>
 ATTNJIT_DEVICE void fill_fp8(SharedStorage<P>& s, const Args& a, const RowOf& row_of, int step, bool has_prev,
                              bool issue, int group, int unit, const Fp8Places& at) {
+  static_assert(!kConsumerWidens<kPrevBuf, kPrevHalf>, "the producer widens only its own three halves");
   bool widened = !has_prev;
   if (issue && step > 0) {
     MBarrier* empty = empty_bar(s, kBuf, kHalf);
@@ -176,7 +213,7 @@ ATTNJIT_DEVICE void fill_fp8(SharedStorage<P>& s, const Args& a, const RowOf& ro
 }
 
 // The producer's loop: the four fills of a step in the order the consumers release them
-// (buffer 0 lo, 1 hi, 0 hi, 1 lo); a buffer's indices for the next step are loaded once
+// (buffer 0 lo, 1 hi, 0 hi, 1 lo), each widening the producer's previous half; a buffer's indices for the next step are loaded once
 // its last fill of this step is issued. One more pass's first fill widens the last fill
 // (the same code as every step's: apart, ptxas spilled there).
 template <auto P, class Key>
@@ -208,7 +245,7 @@ ATTNJIT_DEVICE void produce_fp8(SharedStorage<P>& s, const Args& a, const Work& 
     if (last) break;
     const bool more = step + 1 < steps;
     fill_fp8<P, 1, kHi, 0, kLo>(s, a, rows1, step, true, true, group, unit, at);
-    fill_fp8<P, 0, kHi, 1, kHi>(s, a, rows0, step, true, true, group, unit, at);
+    fill_fp8<P, 0, kHi, 0, kLo>(s, a, rows0, step, false, true, group, unit, at);  // F2: WG2 widens it
     if (more) load_indices(step + 1, 0);
     fill_fp8<P, 1, kLo, 0, kHi>(s, a, rows1, step, true, true, group, unit, at);
     if (more) load_indices(step + 1, 1);
