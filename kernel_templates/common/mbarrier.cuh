@@ -53,8 +53,6 @@ ATTNJIT_DEVICE void mbarrier_expect_tx(MBarrier* bar, u32 tx_bytes) {
 }
 
 // Non-blocking probe: true once the phase with parity `phase` has completed.
-// Whether phase `phase` has completed, without waiting (try_wait may suspend the thread
-// for a while before it answers).
 ATTNJIT_DEVICE bool mbarrier_test_wait(MBarrier* bar, u32 phase) {
   u32 done = 0;
   asm volatile(
@@ -69,6 +67,8 @@ ATTNJIT_DEVICE bool mbarrier_test_wait(MBarrier* bar, u32 phase) {
   return done != 0;
 }
 
+// The same answer, but the thread may be suspended until the phase completes or a
+// hardware time limit passes: the building block of a wait loop, not a probe.
 ATTNJIT_DEVICE bool mbarrier_try_wait(MBarrier* bar, u32 phase) {
   u32 done = 0;
   asm volatile(

@@ -33,7 +33,7 @@ inline constexpr int kRawScaleUnit = kValueDim / 2 / 16;  // 16: the raw scales 
 
 // This thread's places in ring row `group` of chunk 0 (buffer 0, the lo half), swizzled:
 // other keys are 16 rows on, buffer 1 64 rows on and the hi half 4 chunks on (constants).
-// Four registers for ten places: the ring is 1024-byte aligned, so address bits 4-6 are a
+// Three registers for ten places: the ring is 1024-byte aligned, so address bits 4-6 are a
 // row's 16-byte unit, and the swizzle XORs them with the row: unit u + i for i below u's
 // alignment is the address XOR 16·i, and one chunk on is + kChunkBytes.
 struct Fp8Places {

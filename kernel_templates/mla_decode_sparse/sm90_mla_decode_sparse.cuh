@@ -76,9 +76,9 @@ struct Traits {
   static constexpr int kPvRegs = 192;
   static_assert(kSoftmaxRegs + 2 * kPvRegs <= 3 * 168, "register budgets over the launch's");
   // two_consumers: the producer only gathers (88: bf16 this step's and the next step's 8
-  // indices and the row math without spills, 72 spilled; fp8 one fill's raw rows, 52
-  // registers, beside a half's indices); a consumer holds O[64 × 256], S[64 × 64] and P's
-  // RS fragments (ptxas fits them in 208; at 200 it spilled).
+  // indices and the row math without spills, 72 spilled; fp8 also widens, a fill's 4 keys
+  // of raw bytes, 36 registers, at a time); a consumer holds O[64 × 256], S[64 × 64] and
+  // P's RS fragments (ptxas fits them in 208; at 200 it spilled).
   static constexpr int kProducerRegs = 88;
   static constexpr int kConsumerRegs = 208;
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budgets over the launch's");
