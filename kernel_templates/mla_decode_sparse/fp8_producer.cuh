@@ -9,10 +9,10 @@
 //           bytes are half as wide, so a key's raw data stays inside its own row); on the hi
 //           half the 64 bf16 rope dims straight to their place; one commit group per fill.
 //           Skipped keys are zero-filled (src-size 0 reads nothing): they widen to zero rows.
-//   widen   once that group landed: the 8 threads of each key (one warp's lanes) read
-//           their 32 e4m3 and the scale, sync the warp (every read before any write over
-//           the raw bytes), write e4m3 · scale (f32, rounded once) as bf16 where wgmma reads
-//           it; then each thread arrives on kv_full.
+//   widen   once that group landed: the 4 lanes of each key (one warp's) read their 64
+//           e4m3 and the scale, sync the warp (every read before any write over the raw
+//           bytes), write e4m3 · scale (f32, rounded once) as bf16 where wgmma reads it;
+//           then each thread arrives on kv_full.
 // Buffer 1's hi half is widened by its only reader, WG2, before its S (consumer_widen):
 // the producer is the limit, and the consumers wait for it most of the time.
 // Like bf16's cp.async, several fills are in flight: a fill is issued as soon as its half
@@ -21,46 +21,70 @@
 // loaded each fill into registers and widened it before loading the next: one fill in
 // flight, 695 µs on (128, 2, 128, 2048) against softmax_wg's 659 (H100).
 //
-// Thread (group, unit): keys group + 16r (r < 4) of the fill, as bf16's producer. It copies
-// the key's raw units unit and unit + 8 (and unit 16 + unit: unit 0's is the scales, the
-// others zero-fill unused bytes of the row), and widens
-// content bytes [32·unit, +32) of the half (raw units 2·unit, 2·unit + 1) into bf16 bytes
-// 64·unit + 16k (k < 4) of the row.
+// Two thread ↔ key maps, over the same 16 key rows per warp (16w .. 16w + 15 of the fill),
+// so a warp's widen waits only on its own cp.async groups:
+//   copy   lane l: keys 16w + l/8 + 4r (r < 4), raw units l%8 and l%8 + 8 (and 16 + l%8:
+//          lane 0's is the scales, the others zero-fill unused bytes of the row; on the hi
+//          half the rope unit l%8): a quarter-warp's 8 stores fill one row's 8 bank groups.
+//   widen  lane l: keys 16w + 8t + l%8 (t < 2), bf16 chunk q = l/8 of the half (64 values:
+//          raw units 4q .. 4q + 3, the scale of block q/2 of the half). A quarter-warp is 8
+//          rows at 8 swizzle phases, so one unit index of theirs is 8 bank groups. (The
+//          first map put a key's 8 lanes in one quarter-warp writing 4 chunks at one unit
+//          index: 4-way conflicts, 16 wavefronts per STS.128 where 4 suffice; ncu had the
+//          shared-memory pipe 76 % busy, 42 % of it excess wavefronts.)
 
 namespace attnjit::mla_decode_sparse {
 
 inline constexpr int kRawScaleUnit = kValueDim / 2 / 16;  // 16: the raw scales follow the half's content
+inline constexpr int kWarpRows = 16;                      // a warp's key rows of a fill (both maps)
+inline constexpr int kCopyRowStep = 4;                    // copy map: a thread's keys are 4 rows apart
+inline constexpr int kWidenKeys = 2;                      // widen map: a lane's keys per fill
 
-// This thread's places in ring row `group` of chunk 0 (buffer 0, the lo half), swizzled:
-// other keys are 16 rows on, buffer 1 64 rows on and the hi half 4 chunks on (constants).
-// Three registers for ten places: the ring is 1024-byte aligned, so address bits 4-6 are a
-// row's 16-byte unit, and the swizzle XORs them with the row: unit u + i for i below u's
-// alignment is the address XOR 16·i, and one chunk on is + kChunkBytes.
+// This thread's places in chunk 0's ring rows (buffer 0, the lo half), swizzled: buffer 1
+// is 64 rows on, the hi half 4 chunks on, a widen key 8 rows on (constants; the ring is
+// 1024-byte aligned, so address bits 4-6 are a row's 16-byte unit, which the swizzle XORs
+// with the row: unit u + i for i below u's alignment is the address XOR 16·i). A copy key
+// 4r rows on is + 512·r, and XOR 64 for odd r (4 rows on flips the swizzle's bit 2).
 struct Fp8Places {
-  u32 copy;  // raw unit `unit` (+ kChunkBytes: unit + 8; + the rope chunk's: the rope unit;
-             // ^ 16·unit, + 2 chunks: raw unit 16, the scales)
-  u32 read;  // raw unit 2·unit (^ 16: 2·unit + 1)
-  u32 out;   // bf16 bytes 64·unit (^ 16k: + 16k, k < 4)
+  u32 copy;   // copy map: raw unit l%8 of row 16w + l/8 (+ kChunkBytes: unit + 8; + 2
+              // chunks: unit 16 + l%8; + the rope chunk's: the rope unit)
+  u32 read;   // widen map: raw unit 4q of row 16w + l%8 (^ 16i: unit 4q + i)
+  u32 out;    // widen map: bf16 unit 0 of chunk q (^ 16j: unit j)
+  u32 scale;  // widen map: the f32 scale of block q/2 (+ 8 on the hi half)
 };
 
-template <auto P>
-ATTNJIT_DEVICE Fp8Places fp8_places(const SharedStorage<P>& s, int group, int unit) {
+// The copy map's first key row of warpgroup thread tid, and the widen map's.
+ATTNJIT_DEVICE int fp8_copy_row(int tid) { return kWarpRows * (tid / 32) + tid % 32 / kGroupThreads; }
+ATTNJIT_DEVICE int fp8_widen_row(int tid) { return kWarpRows * (tid / 32) + tid % kGroupThreads; }
+
+// kRecompute (the producer's): computed where used, from an opaque thread index, a few
+// integer ops a fill; held across its loop, the four registers spilled it. WG2 spilled the
+// other way, recomputing them each step beside O: its places are hoisted.
+template <auto P, bool kRecompute>
+ATTNJIT_DEVICE Fp8Places fp8_places(const SharedStorage<P>& s) {
+  u32 tid_bits = static_cast<u32>(thread_in_warpgroup());
+  if constexpr (kRecompute) opaque(tid_bits);
+  const int tid = static_cast<int>(tid_bits);
   static_assert(16 * kRawScaleUnit == 2 * 128, "the scales: unit 0 of the third chunk");
-  const u32 base = smem_u32(s.kv), row = static_cast<u32>(group), u = static_cast<u32>(unit);
-  const auto at = [&](u32 byte) { return base + KTile<P>::byte_offset(row, byte); };
-  return Fp8Places{at(16 * u), at(32 * u), at(64 * u)};
-}
-template <auto P>
-ATTNJIT_DEVICE u32 scales_place(const Fp8Places& at, int unit) {
-  return (at.copy ^ (16u * static_cast<u32>(unit))) + 2 * KTile<P>::kChunkBytes;
+  static_assert(kWarpRows == kCopyRowStep * Consumers<P>::kKeysPerThread && kWarpRows == 8 * kWidenKeys &&
+                    kWarpRows * kWarpgroupThreads / 32 == Consumers<P>::kBufKeys,
+                "both maps cover a warp's 16 rows, the warpgroup a fill's 64");
+  const u32 base = smem_u32(s.kv), q = static_cast<u32>(tid % 32 / kGroupThreads);
+  const u32 copy_row = static_cast<u32>(fp8_copy_row(tid)), widen_row = static_cast<u32>(fp8_widen_row(tid));
+  const auto at = [&](u32 row, u32 byte) { return base + KTile<P>::byte_offset(row, byte); };
+  const u32 copy_unit = static_cast<u32>(tid % kGroupThreads);
+  return Fp8Places{at(copy_row, 16 * copy_unit), at(widen_row, 64 * q), at(widen_row, 128 * q),
+                   at(widen_row, 16 * kRawScaleUnit) + 4 * (q / 2)};
 }
 
-// The constant offset of key r of buffer kBuf, half kHalf, from a Fp8Places address.
+// The constant offset of buffer kBuf, half kHalf, key row `row` of the fill from a
+// Fp8Places address (copy key r: row 4r, its place XOR 64 for odd r; widen key t: row 8t).
 template <auto P, int kBuf, int kHalf>
-ATTNJIT_DEVICE constexpr u32 fp8_offset(int r) {
+ATTNJIT_DEVICE constexpr u32 fp8_offset(int row) {
   return static_cast<u32>(kHalf * kLoChunks) * KTile<P>::kChunkBytes +
-         static_cast<u32>(kBuf * Consumers<P>::kBufKeys + kGroups * r) * 128u;
+         static_cast<u32>(kBuf * Consumers<P>::kBufKeys + row) * 128u;
 }
+ATTNJIT_DEVICE u32 copy_place(u32 copy, int r) { return r % 2 ? copy ^ 64u : copy; }
 
 // cp_async_16 from src + kOff, the offset an immediate of the instruction (computed in C++,
 // ptxas kept each key's four source offsets as 64-bit registers and spilled).
@@ -83,27 +107,27 @@ inline constexpr bool kConsumerWidens = kBuf == 1 && kHalf == kHi;
 // issue (see the top); also stores the buffer's key validity with its first fill of the
 // step, as bf16's fill() (its consumer's mask of the last step is done: it released).
 template <auto P, int kBuf, int kHalf, class RowOf>
-ATTNJIT_DEVICE void issue_fp8(SharedStorage<P>& s, const Args& a, const RowOf& row_of, int group, int unit,
-                              const Fp8Places& at) {
+ATTNJIT_DEVICE void issue_fp8(SharedStorage<P>& s, const Args& a, const RowOf& row_of, int row0, int unit) {
   using C = Consumers<P>;
+  const u32 copy = fp8_places<P, true>(s).copy;
 #pragma unroll
   for (int r = 0; r < C::kKeysPerThread; ++r) {
     const u8* row = row_of(r);
     // One pointer per key, every source a constant from it (unit 0's is the row itself).
     const u8* src = (row != nullptr ? row : static_cast<const u8*>(a.main.rows)) + 16 * unit;
     const u32 bytes = row != nullptr ? 16u : 0u;
-    const u32 off = fp8_offset<P, kBuf, kHalf>(r);
+    const u32 dst = copy_place(copy, r), off = fp8_offset<P, kBuf, kHalf>(kCopyRowStep * r);
     if (kHalf == kBuf && unit == 0)
-      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + group + kGroups * r]), row ? 1u : 0u);
+      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + row0 + kCopyRowStep * r]), row ? 1u : 0u);
     constexpr int kContent = kHalf * (kValueDim / 2);
-    cp_async_16_at<kContent>(at.copy + off, src, bytes);
-    cp_async_16_at<kContent + 16 * kGroupThreads>(at.copy + KTile<P>::kChunkBytes + off, src, bytes);
+    cp_async_16_at<kContent>(dst + off, src, bytes);
+    cp_async_16_at<kContent + 16 * kGroupThreads>(dst + KTile<P>::kChunkBytes + off, src, bytes);
     // The scales: unit 0 copies them to raw unit 16; the other lanes zero-fill raw units
     // 17..23, unused bytes of their own row (unbranched: the branch spilled the producer).
-    cp_async_16_at<kFp8ScaleOffset>(at.copy + 2 * KTile<P>::kChunkBytes + off, src, unit == 0 ? bytes : 0u);
+    cp_async_16_at<kFp8ScaleOffset>(dst + 2 * KTile<P>::kChunkBytes + off, src, unit == 0 ? bytes : 0u);
     if constexpr (kHalf == kHi)
-      cp_async_16_at<kFp8RopeOffset>(at.copy + C::kRopeChunk * KTile<P>::kChunkBytes + fp8_offset<P, kBuf, kLo>(r),
-                                     src, bytes);
+      cp_async_16_at<kFp8RopeOffset>(
+          dst + C::kRopeChunk * KTile<P>::kChunkBytes + fp8_offset<P, kBuf, kLo>(kCopyRowStep * r), src, bytes);
   }
   cp_async_commit();
   if constexpr (kConsumerWidens<kBuf, kHalf>) {  // kv_full: the raw bytes landed (and the flags)
@@ -129,34 +153,39 @@ ATTNJIT_DEVICE void widen16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
-// widen (see the top) of this thread's keys, once every lane's copies landed: kBatch keys'
+// widen (see the top) of this lane's keys, once every lane's copies landed: kBatch keys'
 // reads before one __syncwarp and their writes after it, so their shared-memory latencies
-// and conversion chains overlap (the producer's four at a time: one key per __syncwarp took
-// 578 µs on (128, 2, 128, 2048), H100; four 543 µs, H200). Ends with the stores fenced for
-// wgmma.
-template <auto P, int kBuf, int kHalf, int kBatch = Consumers<P>::kKeysPerThread>
-ATTNJIT_DEVICE void widen_rows(int unit, const Fp8Places& at) {
+// and conversion chains overlap (the producer's both at once; on the first map one key per
+// __syncwarp took 578 µs on (128, 2, 128, 2048), H100, four 543 µs, H200). Ends with the
+// stores fenced for wgmma.
+template <auto P, int kBuf, int kHalf, int kBatch = kWidenKeys, bool kRecompute = true>
+ATTNJIT_DEVICE void widen_rows(const SharedStorage<P>& s) {
 #pragma unroll
-  for (int r0 = 0; r0 < Consumers<P>::kKeysPerThread; r0 += kBatch) {
-    uint4 raw[kBatch][2];
+  for (int t0 = 0; t0 < kWidenKeys; t0 += kBatch) {
+    uint4 raw[kBatch][4];  // e4m3 values 16i .. 16i + 15 of the lane's 64
     float scale[kBatch];
+    {
+      const Fp8Places at = fp8_places<P, kRecompute>(s);
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const u32 off = fp8_offset<P, kBuf, kHalf>(r0 + i);
-      raw[i][0] = ld_shared_16(at.read + off);
-      raw[i][1] = ld_shared_16((at.read ^ 16u) + off);
-      // The scale of content bytes [32·unit, +32) of the half: block 2·half + unit / 4.
-      scale[i] = ld_shared_f32(scales_place<P>(at, unit) + off + 4 * (2 * kHalf + unit / 4));
+      for (int t = 0; t < kBatch; ++t) {
+        const u32 off = fp8_offset<P, kBuf, kHalf>(8 * (t0 + t));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) raw[t][i] = ld_shared_16((at.read ^ (16u * i)) + off);
+        scale[t] = ld_shared_f32(at.scale + off + 8 * kHalf);  // block 2·half + q/2
+      }
     }
     __syncwarp();  // these keys' raw bytes are read: their rows may be overwritten
+    const Fp8Places at = fp8_places<P, kRecompute>(s);
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const u32 off = fp8_offset<P, kBuf, kHalf>(r0 + i);
-      uint4 w[4];
-      widen16(raw[i][0], scale[i], w[0], w[1]);
-      widen16(raw[i][1], scale[i], w[2], w[3]);
+    for (int t = 0; t < kBatch; ++t) {
+      const u32 off = fp8_offset<P, kBuf, kHalf>(8 * (t0 + t));
 #pragma unroll
-      for (int k = 0; k < 4; ++k) st_shared_16((at.out ^ (16u * k)) + off, w[k]);
+      for (int i = 0; i < 4; ++i) {
+        uint4 lo, hi;
+        widen16(raw[t][i], scale[t], lo, hi);
+        st_shared_16((at.out ^ (32u * i)) + off, lo);
+        st_shared_16((at.out ^ (32u * i + 16u)) + off, hi);
+      }
     }
   }
   fence_proxy_async_smem();  // generic-proxy stores (and the landed cp.async), read by wgmma
@@ -164,10 +193,10 @@ ATTNJIT_DEVICE void widen_rows(int unit, const Fp8Places& at) {
 
 // The producer's widen of a fill, once this thread's groups but the newest kPending landed.
 template <auto P, int kBuf, int kHalf, int kPending>
-ATTNJIT_DEVICE void widen_fp8(SharedStorage<P>& s, int unit, const Fp8Places& at) {
+ATTNJIT_DEVICE void widen_fp8(SharedStorage<P>& s) {
   cp_async_wait<kPending>();
-  __syncwarp();  // the keys' other lanes' copies landed too (a key's 8 lanes are this warp's)
-  widen_rows<P, kBuf, kHalf>(unit, at);
+  __syncwarp();  // the keys' other lanes' copies landed too (both maps keep a key in one warp)
+  widen_rows<P, kBuf, kHalf>(s);
   mbarrier_arrive(full_bar(s, kBuf, kHalf));
 }
 
@@ -178,10 +207,8 @@ ATTNJIT_DEVICE void widen_fp8(SharedStorage<P>& s, int unit, const Fp8Places& at
 inline constexpr u32 kWidenedBar = 10;  // after ConsumerBar's ids
 template <auto P>
 ATTNJIT_DEVICE void consumer_widen(SharedStorage<P>& s) {
-  const int tid = thread_in_warpgroup();
-  const int unit = tid % kGroupThreads;
-  // Two keys per __syncwarp: beside O's 128 registers, four spilled.
-  widen_rows<P, 1, kHi, 2>(unit, fp8_places(s, tid / kGroupThreads, unit));
+  // One key (16 registers of raw bytes) per __syncwarp, beside O's 128.
+  widen_rows<P, 1, kHi, 1, false>(s);
   named_barrier_sync(kWidenedBar, kWarpgroupThreads);
 }
 
@@ -191,7 +218,7 @@ ATTNJIT_DEVICE void consumer_widen(SharedStorage<P>& s) {
 // the issue after the last step (`issue` false), which only widens the last fill.
 template <auto P, int kBuf, int kHalf, int kPrevBuf, int kPrevHalf, class RowOf>
 ATTNJIT_DEVICE void fill_fp8(SharedStorage<P>& s, const Args& a, const RowOf& row_of, int step, bool has_prev,
-                             bool issue, int group, int unit, const Fp8Places& at) {
+                             bool issue, int row0, int unit) {
   static_assert(!kConsumerWidens<kPrevBuf, kPrevHalf>, "the producer widens only its own three halves");
   bool widened = !has_prev;
   if (issue && step > 0) {
@@ -200,36 +227,36 @@ ATTNJIT_DEVICE void fill_fp8(SharedStorage<P>& s, const Args& a, const RowOf& ro
     // One choice per warp: its lanes then take one path to the __syncwarp()s of widen_fp8.
     if (!widened && !__all_sync(0xffffffffu, mbarrier_test_wait(empty, phase))) {
       cp_async_commit();
-      widen_fp8<P, kPrevBuf, kPrevHalf, 1>(s, unit, at);
+      widen_fp8<P, kPrevBuf, kPrevHalf, 1>(s);
       widened = true;
     }
     mbarrier_wait(empty, phase);
   }
   if (issue)
-    issue_fp8<P, kBuf, kHalf>(s, a, row_of, group, unit, at);
+    issue_fp8<P, kBuf, kHalf>(s, a, row_of, row0, unit);
   else
     cp_async_commit();
-  if (!widened) widen_fp8<P, kPrevBuf, kPrevHalf, 1>(s, unit, at);
+  if (!widened) widen_fp8<P, kPrevBuf, kPrevHalf, 1>(s);
 }
 
 // The producer's loop: the four fills of a step in the order the consumers release them
-// (buffer 0 lo, 1 hi, 0 hi, 1 lo), each widening the producer's previous half; a buffer's indices for the next step are loaded once
-// its last fill of this step is issued. One more pass's first fill widens the last fill
-// (the same code as every step's: apart, ptxas spilled there).
+// (buffer 0 lo, 1 hi, 0 hi, 1 lo), each widening the producer's previous half; a
+// buffer's indices for the next step are loaded once its last fill of this step is issued.
+// One more pass's first fill widens the last fill (the same code as every step's: apart,
+// ptxas spilled there). key(step, b, r): the copy map's key r of buffer b (row0 + 4r).
 template <auto P, class Key>
 ATTNJIT_DEVICE void produce_fp8(SharedStorage<P>& s, const Args& a, const Work& w, int steps, const Key& key,
-                                int group, int unit) {
+                                int row0, int unit) {
   using C = Consumers<P>;
-  const Fp8Places at = fp8_places(s, group, unit);
   int idx[2][C::kKeysPerThread];  // the step's indices, as stored
   // Four main-list keys (the common case) from one pointer, constant offsets from it:
   // key_index's four 64-bit addresses at once spilled the producer.
   const auto load_indices = [&](int step, int b) {
     const int j0 = key(step, b, 0);
-    if (j0 + kGroups * (C::kKeysPerThread - 1) < w.n_main) {
+    if (j0 + kCopyRowStep * (C::kKeysPerThread - 1) < w.n_main) {
       const int* p = a.main.indices + w.token * static_cast<i64>(a.main.stride) + j0;
 #pragma unroll
-      for (int r = 0; r < C::kKeysPerThread; ++r) idx[b][r] = __ldg(p + kGroups * r);
+      for (int r = 0; r < C::kKeysPerThread; ++r) idx[b][r] = __ldg(p + kCopyRowStep * r);
     } else {
 #pragma unroll
       for (int r = 0; r < C::kKeysPerThread; ++r) idx[b][r] = key_index<P>(a, w, key(step, b, r));
@@ -241,13 +268,13 @@ ATTNJIT_DEVICE void produce_fp8(SharedStorage<P>& s, const Args& a, const Work& 
     const auto rows0 = [&](int r) { return key_row<P>(a, w, key(step, 0, r), idx[0][r]); };
     const auto rows1 = [&](int r) { return key_row<P>(a, w, key(step, 1, r), idx[1][r]); };
     const bool last = step == steps;
-    fill_fp8<P, 0, kLo, 1, kLo>(s, a, rows0, step, step > 0, !last, group, unit, at);
+    fill_fp8<P, 0, kLo, 1, kLo>(s, a, rows0, step, step > 0, !last, row0, unit);
     if (last) break;
     const bool more = step + 1 < steps;
-    fill_fp8<P, 1, kHi, 0, kLo>(s, a, rows1, step, true, true, group, unit, at);
-    fill_fp8<P, 0, kHi, 0, kLo>(s, a, rows0, step, false, true, group, unit, at);  // F2: WG2 widens it
+    fill_fp8<P, 1, kHi, 0, kLo>(s, a, rows1, step, true, true, row0, unit);
+    fill_fp8<P, 0, kHi, 0, kLo>(s, a, rows0, step, false, true, row0, unit);  // F2: WG2 widens it
     if (more) load_indices(step + 1, 0);
-    fill_fp8<P, 1, kLo, 0, kHi>(s, a, rows1, step, true, true, group, unit, at);
+    fill_fp8<P, 1, kLo, 0, kHi>(s, a, rows1, step, true, true, row0, unit);
     if (more) load_indices(step + 1, 1);
   }
 }

@@ -152,14 +152,17 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
   const int tid = thread_in_warpgroup();
   const int group = tid / kGroupThreads, unit = tid % kGroupThreads;
   const int steps = (w.tile_end - w.tile_begin) / Traits<P>::kStepTiles;
-  // Key j of buffer b, r of this thread in step `step` (its place in the token's list).
-  const auto key = [&](int step, int b, int r) {
-    return (w.tile_begin + step * Traits<P>::kStepTiles) * kGatherKeys + b * C::kBufKeys + group + kGroups * r;
+  // Buffer b's key row `row` in step `step`: its place in the token's list.
+  const auto list_pos = [&](int step, int b, int row) {
+    return (w.tile_begin + step * Traits<P>::kStepTiles) * kGatherKeys + b * C::kBufKeys + row;
   };
-  if constexpr (Traits<P>::kFp8) {
-    if (steps > 0) produce_fp8<P>(s, a, w, steps, key, group, unit);
+  if constexpr (Traits<P>::kFp8) {  // fp8_producer.cuh's copy map: rows row0 + 4r
+    const int row0 = fp8_copy_row(tid);
+    const auto key = [&](int step, int b, int r) { return list_pos(step, b, row0 + kCopyRowStep * r); };
+    if (steps > 0) produce_fp8<P>(s, a, w, steps, key, row0, unit);
     return;
   }
+  const auto key = [&](int step, int b, int r) { return list_pos(step, b, group + kGroups * r); };
   const u32 dst = fill_base(s, group, unit);
   // The indices are loaded a step ahead: their latency (a dependent global load before
   // any row can be gathered) then hides behind the step before.
