@@ -13,13 +13,14 @@
 //           e4m3 and the scale, sync the warp (every read before any write over the raw
 //           bytes), write e4m3 · scale (f32, rounded once) as bf16 where wgmma reads it;
 //           then each thread arrives on kv_full.
-// Buffer 1's hi half is widened by its only reader, WG2, before its S (consumer_widen):
-// the producer is the limit, and the consumers wait for it most of the time.
+// The hi halves are widened by the consumer whose S reads them first (consumer_widen): WG1
+// buffer 0's under its S over the lo half, WG2 buffer 1's before its S. The producer is
+// the limit, and the consumers wait for it most of the time.
 // Like bf16's cp.async, several fills are in flight: a fill is issued as soon as its half
-// is free, and the previous fill widened after it (before it, when the half is not free
-// yet, so the consumers never wait on a release that waits on them). The first version
-// loaded each fill into registers and widened it before loading the next: one fill in
-// flight, 695 µs on (128, 2, 128, 2048) against softmax_wg's 659 (H100).
+// is free, and the previous fill widened after it (buffer 1 lo before buffer 0 lo's issue
+// when that half is not free yet, so WG2 never waits on a release that waits on WG1). The
+// first version loaded each fill into registers and widened it before loading the next:
+// one fill in flight, 695 µs on (128, 2, 128, 2048) against softmax_wg's 659 (H100).
 //
 // Two thread ↔ key maps, over the same 16 key rows per warp (16w .. 16w + 15 of the fill),
 // so a warp's widen waits only on its own cp.async groups:
@@ -100,9 +101,10 @@ ATTNJIT_DEVICE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// The half the odd consumer widens (consumer_widen); the producer widens the other three.
+// The halves the consumers widen (consumer_widen): both hi halves; the producer widens the
+// lo halves.
 template <int kBuf, int kHalf>
-inline constexpr bool kConsumerWidens = kBuf == 1 && kHalf == kHi;
+inline constexpr bool kConsumerWidens = kHalf == kHi;
 
 // issue (see the top); also stores the buffer's key validity with its first fill of the
 // step, as bf16's fill() (its consumer's mask of the last step is done: it released).
@@ -200,35 +202,44 @@ ATTNJIT_DEVICE void widen_fp8(SharedStorage<P>& s) {
   mbarrier_arrive(full_bar(s, kBuf, kHalf));
 }
 
-// Buffer 1's hi half is widened by its only reader, the odd consumer (WG2), once kv_full
-// says its raw bytes landed: the producer was the kernel's limit, the consumers wait for
-// it most of the time, and WG2 holds no S yet when it starts a step. kWidened then tells
-// WG2's threads that all of the half is bf16.
-inline constexpr u32 kWidenedBar = 10;  // after ConsumerBar's ids
-template <auto P>
+// Buffer kBuf's hi half is widened by the consumer whose S reads it first (WG1: buffer 0,
+// under its S over the lo half; WG2: buffer 1, before its S), once kv_full says its raw
+// bytes landed: the producer was the kernel's limit, and the consumers wait for it most of
+// the time. The barrier then tells the widening warpgroup's threads that all of the half
+// is bf16 (the other consumer reads it after a ConsumerBar hand-off).
+template <int kBuf>
+inline constexpr u32 kWidenedBar = 10 + kBuf;  // after ConsumerBar's ids
+template <auto P, int kBuf>
 ATTNJIT_DEVICE void consumer_widen(SharedStorage<P>& s) {
   // One key (16 registers of raw bytes) per __syncwarp, beside O's 128.
-  widen_rows<P, 1, kHi, 1, false>(s);
-  named_barrier_sync(kWidenedBar, kWarpgroupThreads);
+  widen_rows<P, kBuf, kHi, 1, false>(s);
+  named_barrier_sync(kWidenedBar<kBuf>, kWarpgroupThreads);
 }
 
 // One fill of the loop: wait for the half's release (step > 0) and issue it, widening the
-// previous fill after it, or before it when the half is not free yet. An empty group then
-// keeps "all but the newest group" meaning the previous fill's; so does one in place of
-// the issue after the last step (`issue` false), which only widens the last fill.
+// previous fill after it, or (buffer 0 lo's fill) before it when the half is not free yet.
+// An empty group then keeps "all but the newest group" meaning the previous fill's; so
+// does one in place of the issue after the last step (`issue` false), which only widens
+// the last fill. kPrevHalf < 0: the previous fill is a consumer's to widen.
+// Widening early pays on buffer 0 lo's fill: buffer 1 lo waits there on WG1's mid-step
+// release otherwise (480 µs against 439 on (128, 2, 128, 2048), H200). On buffer 1 hi's it
+// did not (441), and its second copy of the widen spilled the producer.
 template <auto P, int kBuf, int kHalf, int kPrevBuf, int kPrevHalf, class RowOf>
 ATTNJIT_DEVICE void fill_fp8(SharedStorage<P>& s, const Args& a, const RowOf& row_of, int step, bool has_prev,
                              bool issue, int row0, int unit) {
-  static_assert(!kConsumerWidens<kPrevBuf, kPrevHalf>, "the producer widens only its own three halves");
-  bool widened = !has_prev;
+  constexpr bool kWidensPrev = kPrevHalf >= 0;
+  static_assert(!kWidensPrev || !kConsumerWidens<kPrevBuf, kPrevHalf>, "the producer widens only the lo halves");
+  bool widened = !(kWidensPrev && has_prev);
   if (issue && step > 0) {
     MBarrier* empty = empty_bar(s, kBuf, kHalf);
     const u32 phase = static_cast<u32>(step - 1) & 1u;
     // One choice per warp: its lanes then take one path to the __syncwarp()s of widen_fp8.
-    if (!widened && !__all_sync(0xffffffffu, mbarrier_test_wait(empty, phase))) {
-      cp_async_commit();
-      widen_fp8<P, kPrevBuf, kPrevHalf, 1>(s);
-      widened = true;
+    if constexpr (kWidensPrev && kBuf == 0 && kHalf == kLo) {
+      if (!widened && !__all_sync(0xffffffffu, mbarrier_test_wait(empty, phase))) {
+        cp_async_commit();
+        widen_fp8<P, kPrevBuf, kPrevHalf, 1>(s);
+        widened = true;
+      }
     }
     mbarrier_wait(empty, phase);
   }
@@ -236,7 +247,8 @@ ATTNJIT_DEVICE void fill_fp8(SharedStorage<P>& s, const Args& a, const RowOf& ro
     issue_fp8<P, kBuf, kHalf>(s, a, row_of, row0, unit);
   else
     cp_async_commit();
-  if (!widened) widen_fp8<P, kPrevBuf, kPrevHalf, 1>(s);
+  if constexpr (kWidensPrev)
+    if (!widened) widen_fp8<P, kPrevBuf, kPrevHalf, 1>(s);
 }
 
 // The producer's loop: the four fills of a step in the order the consumers release them
@@ -272,9 +284,9 @@ ATTNJIT_DEVICE void produce_fp8(SharedStorage<P>& s, const Args& a, const Work& 
     if (last) break;
     const bool more = step + 1 < steps;
     fill_fp8<P, 1, kHi, 0, kLo>(s, a, rows1, step, true, true, row0, unit);
-    fill_fp8<P, 0, kHi, 0, kLo>(s, a, rows0, step, false, true, row0, unit);  // F2: WG2 widens it
+    fill_fp8<P, 0, kHi, 1, -1>(s, a, rows0, step, false, true, row0, unit);  // buffer 1 hi: WG2 widens it
     if (more) load_indices(step + 1, 0);
-    fill_fp8<P, 1, kLo, 0, kHi>(s, a, rows1, step, true, true, row0, unit);
+    fill_fp8<P, 1, kLo, 0, -1>(s, a, rows1, step, false, true, row0, unit);  // buffer 0 hi: WG1 widens it
     if (more) load_indices(step + 1, 1);
   }
 }

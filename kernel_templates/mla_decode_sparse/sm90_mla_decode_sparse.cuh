@@ -76,9 +76,10 @@ struct Traits {
   static constexpr int kPvRegs = 192;
   static_assert(kSoftmaxRegs + 2 * kPvRegs <= 3 * 168, "register budgets over the launch's");
   // two_consumers: the producer only gathers (88: bf16 this step's and the next step's 8
-  // indices and the row math without spills, 72 spilled; fp8 also widens, a fill's 4 keys
-  // of raw bytes, 36 registers, at a time); a consumer holds O[64 × 256], S[64 × 64] and
-  // P's RS fragments (ptxas fits them in 208; at 200 it spilled).
+  // indices and the row math without spills, 72 spilled; fp8 also widens the lo halves,
+  // two keys' raw bytes, 32 registers, at a time); a consumer holds O[64 × 256], S[64 × 64]
+  // and P's RS fragments, and on fp8 widens a hi half beside them (ptxas fits them in 208;
+  // at 200 it spilled).
   static constexpr int kProducerRegs = 88;
   static constexpr int kConsumerRegs = 208;
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budgets over the launch's");
@@ -184,19 +185,19 @@ ATTNJIT_DEVICE int clamped_length(const Pool& p, i64 token, int batch) {
   return n < 0 ? 0 : (n > p.topk ? p.topk : n);
 }
 
-// This CTA's query token slot, batch·q_len + q_idx (grid x, layout.cuh's row_tiles).
+// This CTA's query token slot, batch·q_len + q_idx (grid x = bx, layout.cuh's row_tiles).
 template <auto P>
-ATTNJIT_DEVICE int token_slot() {
-  return static_cast<int>(blockIdx.x / static_cast<unsigned>(Traits<P>::kRowTiles));
+ATTNJIT_DEVICE int token_slot(u32 bx = blockIdx.x) {
+  return static_cast<int>(bx / static_cast<unsigned>(Traits<P>::kRowTiles));
 }
 
 template <auto P>
-ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq) {
+ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq, u32 bx = blockIdx.x) {
   Work w;
-  const int z = token_slot<P>();
+  const int z = token_slot<P>(bx);
   w.batch = z / a.q.q_len;
   w.q_idx = z % a.q.q_len;
-  w.row0 = static_cast<int>(blockIdx.x % static_cast<unsigned>(Traits<P>::kRowTiles)) * 64;
+  w.row0 = static_cast<int>(bx % static_cast<unsigned>(Traits<P>::kRowTiles)) * 64;
   w.token = static_cast<i64>(seq.start) + w.q_idx;
   w.n_main = clamped_length(a.main, w.token, w.batch);
   w.n_keys = w.n_main + clamped_length(a.extra, w.token, w.batch);
@@ -210,6 +211,17 @@ ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq) {
   w.tile_begin = min(steps * kStep, split * per_split);
   w.tile_end = min(steps * kStep, w.tile_begin + per_split);
   return w;
+}
+
+// The CTA's Seq and Work again, from an opaque block index (not CSE'd with the prologue's):
+// for the output of a role whose loop leaves no registers to hold them (ptxas spilled
+// them). The parts the output does not read are dead code.
+template <auto P>
+ATTNJIT_DEVICE Work relocate(const Args& a, Seq& seq) {
+  u32 bx = blockIdx.x;
+  opaque(bx);
+  seq = sequence(a.q, token_slot<P>(bx) / a.q.q_len);
+  return locate<P>(a, seq, bx);
 }
 
 // The index of key `j` of the token's list as stored (any value), or -1 past the list.

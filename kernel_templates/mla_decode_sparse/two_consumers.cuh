@@ -13,8 +13,9 @@
 //        bf16: 16-byte cp.async into the swizzled ring, a group's 8 threads the 16-byte
 //          units of a 128-byte chunk row (one coalesced line per key and chunk).
 //        fp8 (656-byte rows): the same cp.async of each key's raw half into its own ring
-//          row, then widened in place (e4m3 · scale → bf16) a fill later; buffer 1's hi
-//          half by WG2 instead, before its S (fp8_producer.cuh).
+//          row, then widened in place (e4m3 · scale → bf16) a fill later; the hi halves
+//          by the consumers instead (WG1 buffer 0's under its S over the lo half, WG2
+//          buffer 1's before its S; fp8_producer.cuh).
 //   WG1  even consumer, O[:, 0:256): S_even = Q·K_evenᵀ [64 × 64]; the row max so far
 //        (running max, then the even keys) to WG2; P_even·V_even[lo] from registers (RS);
 //        then the step's final max from WG2: P_even rescaled to it into shared memory for
@@ -34,9 +35,10 @@
 // Hand-offs, each named once:
 //   kv_full[2·buf + half]   bf16: the producer's cp.async of that half landed (one noinc
 //                           arrival per thread), and the 16 marking threads' flags are
-//                           published (one release arrival each, on every fill). fp8: each
-//                           producer thread's widened stores (and flags) are done; buffer
-//                           1 hi: its raw bytes landed (cp.async and plain arrivals).
+//                           published (one release arrival each, on every fill). fp8 lo
+//                           halves: each producer thread's widened stores (and flags) are
+//                           done; hi halves: their raw bytes landed (cp.async and plain
+//                           arrivals), for the consumer that widens them.
 //   x.kv_empty[2·buf + half]  its reader retired: buf 0 lo WG1 (P_even·V lo), buf 0 hi WG2
 //                           (P_even·V hi, P_even), buf 1 hi WG2 (P_odd·V hi), buf 1 lo WG1
 //                           (P_odd·V lo; P_odd in s.p is rewritten only after this refill).
@@ -80,11 +82,11 @@ ATTNJIT_DEVICE MBarrier* empty_bar(SharedStorage<P>& s, int buf, int half) { ret
 template <auto P>
 ATTNJIT_DEVICE void init_consumer_barriers(SharedStorage<P>& s) {
   for (int i = 0; i < Traits<P>::kKvStages; ++i) {  // i = 2·buf + half
-    // fp8: the producer's widen arrivals; on the half WG2 widens, each producer thread's
-    // cp.async arrival and its plain one (fp8_producer.cuh).
-    const u32 full = !Traits<P>::kFp8          ? kWarpgroupThreads + kGroups
-                     : i == 2 * 1 + kHi ? 2 * kWarpgroupThreads
-                                         : kWarpgroupThreads;
+    // fp8: the producer's widen arrivals; on the hi halves, which the consumers widen, each
+    // producer thread's cp.async arrival and its plain one (fp8_producer.cuh).
+    const u32 full = !Traits<P>::kFp8 ? kWarpgroupThreads + kGroups
+                     : i % 2 == kHi   ? 2 * kWarpgroupThreads
+                                      : kWarpgroupThreads;
     mbarrier_init(&s.kv_full[i], full);
     mbarrier_init(&s.x.kv_empty[i], kWarpgroupThreads);
   }
@@ -326,6 +328,7 @@ ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps,
       mbarrier_arrive(empty_bar(s, 1, kLo));
     }
     mbarrier_wait(full_bar(s, 0, kHi), phase);
+    if constexpr (Traits<P>::kFp8) consumer_widen<P, 0>(s);  // its raw bytes → bf16, under S lo
     fence_proxy_async_smem();
     issue_s<P, kLoChunks, Traits<P>::kChunks, false>(sc, q, kv, 0);
     wgmma_commit();
@@ -390,7 +393,7 @@ ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, 
     const u32 phase = static_cast<u32>(step) & 1u;
     // hi first: the producer fills buffer 1's hi half before its lo half.
     mbarrier_wait(full_bar(s, 1, kHi), phase);
-    if constexpr (Traits<P>::kFp8) consumer_widen<P>(s);  // its raw bytes → bf16, here
+    if constexpr (Traits<P>::kFp8) consumer_widen<P, 1>(s);  // its raw bytes → bf16, here
     fence_proxy_async_smem();
     issue_s<P, kLoChunks, Traits<P>::kChunks, true>(sc, q, kv, C::kBufKeys);
     mbarrier_wait(full_bar(s, 1, kLo), phase);
@@ -465,7 +468,11 @@ ATTNJIT_DEVICE void consumer_warpgroup(SharedStorage<P>& s, const Args& a, const
   named_barrier_sync(ConsumerBar::kSums, kConsumerThreads);
 #pragma unroll
   for (int r = 0; r < 2; ++r) l[r] = rs.l[r] + ld_shared_f32(smem_u32(&s.x.rows[1 - c][rows[r]]));
-  write_output<P>(o, c, a, w, seq, rs.m, l);
+  // Beside O and WG1's widening under its S, the prologue's Work and Seq held across the
+  // loop spilled: the output's place is found again.
+  Seq out_seq;
+  const Work out_w = relocate<P>(a, out_seq);
+  write_output<P>(o, c, a, out_w, out_seq, rs.m, l);
 }
 
 }  // namespace attnjit::mla_decode_sparse
