@@ -138,23 +138,6 @@ ATTNJIT_DEVICE void issue_fp8(SharedStorage<P>& s, const Args& a, const RowOf& r
   }
 }
 
-// 16 e4m3 (one uint4) · sc → 16 bf16 (two uint4), each product rounded once
-// (e4m3x2_to_f32: the main kernel file's exact widening through f16).
-ATTNJIT_DEVICE void widen16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
-  const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-  u32 out[8];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    float f0, f1, f2, f3;
-    e4m3x2_to_f32(static_cast<unsigned short>(words[q] & 0xffffu), f0, f1);
-    e4m3x2_to_f32(static_cast<unsigned short>(words[q] >> 16), f2, f3);
-    out[2 * q] = pack2<DType::kBF16>(f0 * sc, f1 * sc);
-    out[2 * q + 1] = pack2<DType::kBF16>(f2 * sc, f3 * sc);
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
-}
-
 // widen (see the top) of this lane's keys, once every lane's copies landed: kBatch keys'
 // reads before one __syncwarp and their writes after it, so their shared-memory latencies
 // and conversion chains overlap (the producer's both at once; on the first map one key per

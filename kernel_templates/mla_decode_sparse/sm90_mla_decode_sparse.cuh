@@ -331,6 +331,23 @@ ATTNJIT_DEVICE void e4m3x2_to_f32(unsigned short v, float& lo, float& hi) {
       : "r"(h2));
 }
 
+// 16 e4m3 (one uint4) · sc → 16 bf16 (two uint4), each product rounded once: both
+// schedules' widening.
+ATTNJIT_DEVICE void widen16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
+  const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+  u32 out[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float f0, f1, f2, f3;
+    e4m3x2_to_f32(static_cast<unsigned short>(words[q] & 0xffffu), f0, f1);
+    e4m3x2_to_f32(static_cast<unsigned short>(words[q] >> 16), f2, f3);
+    out[2 * q] = pack2<DType::kBF16>(f0 * sc, f1 * sc);
+    out[2 * q + 1] = pack2<DType::kBF16>(f2 * sc, f3 * sc);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 // fp8, P·V warpgroup `half`: its half of raw stage i % kRawStages (once landed) → KV stage
 // i % 2 in bf16: content = e4m3 · its 128-block's scale rounded to bf16 (a skipped key's
 // zero-filled row gives 0), its rope units copied, the key's validity carried over (half
@@ -358,20 +375,10 @@ ATTNJIT_DEVICE void widen_tile(SharedStorage<P>& s, int i, int half) {
 #pragma unroll
   for (int k = 0; k < kContent / kTpk; ++k) {  // 16 e4m3 → 32 bytes of bf16
     const int u = half * kContent + part + k * kTpk;
-    const uint4 raw = ld_shared_16(src + 16 * u);
-    const float sc = scale[k * kTpk / 8];
-    const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-    u32 out[8];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      float f0, f1, f2, f3;
-      e4m3x2_to_f32(static_cast<unsigned short>(words[q] & 0xffffu), f0, f1);
-      e4m3x2_to_f32(static_cast<unsigned short>(words[q] >> 16), f2, f3);
-      out[2 * q] = pack2<DType::kBF16>(f0 * sc, f1 * sc);
-      out[2 * q + 1] = pack2<DType::kBF16>(f2 * sc, f3 * sc);
-    }
-    st_shared_16(dst0 + KTile<P>::byte_offset(ring_row, 32 * u), make_uint4(out[0], out[1], out[2], out[3]));
-    st_shared_16(dst0 + KTile<P>::byte_offset(ring_row, 32 * u + 16), make_uint4(out[4], out[5], out[6], out[7]));
+    uint4 lo, hi;
+    widen16(ld_shared_16(src + 16 * u), scale[k * kTpk / 8], lo, hi);
+    st_shared_16(dst0 + KTile<P>::byte_offset(ring_row, 32 * u), lo);
+    st_shared_16(dst0 + KTile<P>::byte_offset(ring_row, 32 * u + 16), hi);
   }
 #pragma unroll
   for (int k = 0; k < (T::kHalfRopeUnits + kTpk - 1) / kTpk; ++k) {  // rope, 8 bf16 per unit, as stored
