@@ -187,9 +187,28 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
     // pointers beside the next step's indices would spill.
     const auto rows0 = [&](int r) { return key_row<P>(a, w, key(step, 0, r), idx[0][r]); };
     const auto rows1 = [&](int r) { return key_row<P>(a, w, key(step, 1, r), idx[1][r]); };
-    // The order the consumers release the halves in.
-    fill<P, 0, kLo>(s, a, rows0, step, group, unit, dst);
-    fill<P, 1, kHi>(s, a, rows1, step, group, unit, dst);
+    // The order the consumers release the halves in, except that the step's first two
+    // (WG1's buffer 0 lo, WG2's buffer 1 hi, each mid-step) go in the order they come: in
+    // program order buffer 1 hi waited behind buffer 0 lo's release (ncu, prefill: WG2
+    // waited on it 10 % of all samples, the producer on buffer 0 lo 6.5 %). One choice per
+    // warp (its lanes then fill alike); the fills' own waits then return at once.
+    bool hi_first = false;
+    if (step > 0) {
+      const u32 phase = static_cast<u32>(step - 1) & 1u;
+      for (;;) {
+        if (__all_sync(0xffffffffu, mbarrier_test_wait(empty_bar(s, 0, kLo), phase))) break;
+        if (__all_sync(0xffffffffu, mbarrier_test_wait(empty_bar(s, 1, kHi), phase))) {
+          hi_first = true;
+          break;
+        }
+      }
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (hi_first == (k == 0))
+        fill<P, 1, kHi>(s, a, rows1, step, group, unit, dst);
+      else
+        fill<P, 0, kLo>(s, a, rows0, step, group, unit, dst);
+    }
     fill<P, 0, kHi>(s, a, rows0, step, group, unit, dst);
     fill<P, 1, kLo>(s, a, rows1, step, group, unit, dst);
   }
