@@ -52,18 +52,18 @@ ATTNJIT_DEVICE void mbarrier_expect_tx(MBarrier* bar, u32 tx_bytes) {
                : "memory");
 }
 
+// mbarrier.<op>.parity into `done`: 1 once the phase with parity `phase` has completed.
+#define ATTNJIT_MBARRIER_PARITY(op, bar, phase, done)                                        \
+  asm volatile("{\n  .reg .pred p;\n  mbarrier." op ".parity.shared::cta.b64 p, [%1], %2;\n" \
+               "  selp.u32 %0, 1, 0, p;\n}\n"                                                 \
+               : "=r"(done)                                                                  \
+               : "r"(smem_u32(bar)), "r"(phase)                                              \
+               : "memory")
+
 // Non-blocking probe: true once the phase with parity `phase` has completed.
 ATTNJIT_DEVICE bool mbarrier_test_wait(MBarrier* bar, u32 phase) {
   u32 done = 0;
-  asm volatile(
-      "{\n"
-      "  .reg .pred p;\n"
-      "  mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "  selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(phase)
-      : "memory");
+  ATTNJIT_MBARRIER_PARITY("test_wait", bar, phase, done);
   return done != 0;
 }
 
@@ -71,17 +71,10 @@ ATTNJIT_DEVICE bool mbarrier_test_wait(MBarrier* bar, u32 phase) {
 // hardware time limit passes: the building block of a wait loop, not a probe.
 ATTNJIT_DEVICE bool mbarrier_try_wait(MBarrier* bar, u32 phase) {
   u32 done = 0;
-  asm volatile(
-      "{\n"
-      "  .reg .pred p;\n"
-      "  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "  selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(phase)
-      : "memory");
+  ATTNJIT_MBARRIER_PARITY("try_wait", bar, phase, done);
   return done != 0;
 }
+#undef ATTNJIT_MBARRIER_PARITY
 
 // Blocks until the phase with parity `phase` has completed. try_wait suspends the thread
 // only for a short hardware-chosen time: right for a math warp, which expects its data soon.
