@@ -108,6 +108,9 @@ struct Source {
 class SparseProblem final : public Problem, public MlaSparseHooks {
  public:
   SparseProblem(const SparseCase& c, uint64_t seed) : c_(c) {
+    // A plan made outside prepare() (the graph test's) runs the default config.
+    exact_products_ = mla_decode_sparse_default_config(c.fp8 ? MlaSparseLayout::kFp8 : MlaSparseLayout::kBF16, c.h)
+                          .schedule == MlaSparseSchedule::kNarrow;
     std::mt19937_64 gen(seed);
     // Query tokens: padded b·q_len, or ragged per-sequence lengths 0..q_len (two uncovered
     // rows at the end, which the kernel must leave alone).
@@ -208,8 +211,10 @@ class SparseProblem final : public Problem, public MlaSparseHooks {
       given = MlaDecodeSparseConfig::from_json(merge_config(heuristic, *overrides, {"num_splits"}, runtime).dump());
       if (runtime.contains("num_splits")) shape.num_splits = runtime["num_splits"].get<int>();
     }
+    MlaDecodeSparsePlan plan = mla_decode_sparse_plan(shape, overrides ? &given : nullptr);
+    exact_products_ = plan.config.schedule == MlaSparseSchedule::kNarrow;
     return prepared_run<MlaDecodeSparsePlan, MlaDecodeSparseArgs>(
-        mla_decode_sparse_plan(shape, overrides ? &given : nullptr), overrides, heuristic,
+        std::move(plan), overrides, heuristic,
         [this](int) { return args(); }, mla_decode_sparse_schedule, mla_decode_sparse);
   }
 
@@ -278,7 +283,9 @@ class SparseProblem final : public Problem, public MlaSparseHooks {
     if (p.has_extra) p.extra = ref_source(extra_);
     p.sink = sink_;
     p.softmax_scale = static_cast<double>(kScale);
-    p.fp8_products_in_bf16 = true;  // the kernel's bf16 wgmma takes bf16(e4m3 · scale)
+    // The widening kernels' bf16 wgmma takes bf16(e4m3 · scale); the narrow kernel keeps
+    // e4m3 exact in f16 and applies the scale in f32.
+    p.fp8_products_in_bf16 = !exact_products_;
     std::vector<char> only;
     if (sampled_rows > 0) {
       only.assign(static_cast<size_t>(total_q_), 0);
@@ -376,6 +383,7 @@ class SparseProblem final : public Problem, public MlaSparseHooks {
   std::vector<float> q_host_, sink_;
   Source main_, extra_;
   DeviceBuffer q_d_, offsets_d_, sink_d_, out_d_, lse_d_;
+  bool exact_products_ = false;  // the run's kernel is the narrow one (prepare)
 };
 
 // The registry's bench rows (issue 20's table, both layouts; 32k rows per sequence, no

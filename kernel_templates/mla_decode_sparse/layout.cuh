@@ -108,6 +108,23 @@ ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages, bool two_con
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }
 
+// The narrow schedule (narrow.cuh; fp8 rows, h = 8 or 16 heads on wgmma's N): q's 9
+// chunks of [h][128 B], P′ᵀ of 4 scale blocks per consumer ([h][128 B] each), a ring of
+// `stages` 64-row tiles of raw rows (656 B apart: an odd count of 16-byte units, so 8
+// consecutive rows are 8 bank groups), per ring row its validity, the column exchange
+// (cq, red, umax, stats) and the mbarriers; rounded as smem_bytes.
+inline constexpr int kNarrowKeys = 64;  // keys per tile: wgmma's M
+ATTNJIT_PLAN unsigned narrow_smem_bytes(int num_heads, int stages) {
+  const int chunk = num_heads * 128;
+  const int q = 9 * chunk, p = 2 * 4 * chunk;
+  const int ring = stages * kNarrowKeys * kFp8RowBytes;
+  const int valid = stages * kNarrowKeys * 4;
+  const int exchange = (num_heads + 2 * 4 * num_heads + 2 * 4 * 4 + 2 * 2 * num_heads) * 4;
+  const int barriers = (1 + 2 * stages) * 8;
+  const int body = q + p + ring + valid + exchange + barriers;
+  return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
+}
+
 // ---- helpers that ship with the op ------------------------------------------------------
 // mla_sparse_quantize: bf16 rows [n, 576] → 656-byte rows written at pool rows dst_rows[i]
 // (outside [0, num_rows): not written). One warp per row.

@@ -42,7 +42,7 @@ using mla_decode::Seq;
 using mla_decode::sequence;
 
 enum class CacheLayout : int { kFp8, kBF16 };
-enum class Schedule : int { kSoftmaxWarpgroup, kTwoConsumers };
+enum class Schedule : int { kSoftmaxWarpgroup, kTwoConsumers, kNarrow };
 
 template <auto P>
 struct Traits {
@@ -180,31 +180,43 @@ ATTNJIT_DEVICE int clamped_length(const Pool& p, i64 token, int batch) {
 }
 
 // This CTA's query token slot, batch·q_len + q_idx (grid x = bx, layout.cuh's row_tiles).
+template <int kRowTiles>
+ATTNJIT_DEVICE int token_slot_of(u32 bx) {
+  return static_cast<int>(bx / static_cast<unsigned>(kRowTiles));
+}
 template <auto P>
 ATTNJIT_DEVICE int token_slot(u32 bx = blockIdx.x) {
-  return static_cast<int>(bx / static_cast<unsigned>(Traits<P>::kRowTiles));
+  return token_slot_of<Traits<P>::kRowTiles>(bx);
 }
 
-template <auto P>
-ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq, u32 bx = blockIdx.x) {
+// The work of CTA (bx, blockIdx.y) for a schedule that walks steps of kStepKeys keys, each
+// kStepTiles tiles (tile_begin and tile_end count tiles).
+template <int kRowTiles, int kStepKeys, int kStepTiles>
+ATTNJIT_DEVICE Work locate_steps(const Args& a, const Seq& seq, u32 bx) {
   Work w;
-  const int z = token_slot<P>(bx);
+  const int z = token_slot_of<kRowTiles>(bx);
   w.batch = z / a.q.q_len;
   w.q_idx = z % a.q.q_len;
-  w.row0 = static_cast<int>(bx % static_cast<unsigned>(Traits<P>::kRowTiles)) * 64;
+  w.row0 = static_cast<int>(bx % static_cast<unsigned>(kRowTiles)) * 64;
   w.token = static_cast<i64>(seq.start) + w.q_idx;
   w.n_main = clamped_length(a.main, w.token, w.batch);
   w.n_keys = w.n_main + clamped_length(a.extra, w.token, w.batch);
   const int split = static_cast<int>(blockIdx.y);
   w.slot = a.num_splits > 1 ? w.batch * a.num_splits + split : -1;
-  // In 32-key gather tiles; a split's run is whole steps, so a step padded past the key
-  // list's end (its keys masked) never reaches into the next split's keys.
-  constexpr int kStep = Traits<P>::kStepTiles;
-  const int steps = (w.n_keys + Traits<P>::kStepKeys - 1) / Traits<P>::kStepKeys;
-  const int per_split = (steps + a.num_splits - 1) / a.num_splits * kStep;
-  w.tile_begin = min(steps * kStep, split * per_split);
-  w.tile_end = min(steps * kStep, w.tile_begin + per_split);
+  // A split's run is whole steps, so a step padded past the key list's end (its keys
+  // masked) never reaches into the next split's keys.
+  const int steps = (w.n_keys + kStepKeys - 1) / kStepKeys;
+  const int per_split = (steps + a.num_splits - 1) / a.num_splits * kStepTiles;
+  w.tile_begin = min(steps * kStepTiles, split * per_split);
+  w.tile_end = min(steps * kStepTiles, w.tile_begin + per_split);
   return w;
+}
+
+// In 32-key gather tiles.
+template <auto P>
+ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq, u32 bx = blockIdx.x) {
+  using T = Traits<P>;
+  return locate_steps<T::kRowTiles, T::kStepKeys, T::kStepTiles>(a, seq, bx);
 }
 
 // The CTA's Seq and Work again, from an opaque block index (not CSE'd with the prologue's):
@@ -233,14 +245,18 @@ ATTNJIT_DEVICE int key_index(const Args& a, const Work& w, int j) {
 
 // Key `j`'s row address for index `idx`, or null when idx is outside [0, rows) of its pool
 // or j is past the list: such a row is never dereferenced.
-template <auto P>
-ATTNJIT_DEVICE const u8* key_row(const Args& a, const Work& w, int j, int idx) {
+template <bool kFp8>
+ATTNJIT_DEVICE const u8* gathered_row(const Args& a, const Work& w, int j, int idx) {
   if (j >= w.n_keys) return nullptr;
   const bool main = j < w.n_main;
   const int num_rows = main ? a.main.num_rows : a.extra.num_rows;
   const u8* rows = static_cast<const u8*>(main ? a.main.rows : a.extra.rows);
   if (idx < 0 || idx >= num_rows) return nullptr;
-  return rows + static_cast<i64>(idx) * row_bytes(Traits<P>::kFp8);
+  return rows + static_cast<i64>(idx) * row_bytes(kFp8);
+}
+template <auto P>
+ATTNJIT_DEVICE const u8* key_row(const Args& a, const Work& w, int j, int idx) {
+  return gathered_row<Traits<P>::kFp8>(a, w, j, idx);
 }
 
 ATTNJIT_DEVICE void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
@@ -334,6 +350,7 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
 
 #include "mla_decode_sparse/softmax_wg.cuh"
 #include "mla_decode_sparse/two_consumers.cuh"
+#include "mla_decode_sparse/narrow.cuh"  // its own kernel entry (narrow::kernel)
 
 namespace attnjit::mla_decode_sparse {
 

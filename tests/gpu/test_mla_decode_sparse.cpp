@@ -85,6 +85,30 @@ TEST_CASE("mla_decode_sparse's softmax_wg schedule matches float64", "[gpu][mla_
   }
 }
 
+TEST_CASE("mla_decode_sparse's narrow schedule matches float64", "[gpu][mla_decode_sparse]") {
+  if (!test::gpu_or_skip()) return;
+  // fp8 rows at h 8 and 16 with the keys on wgmma's M (narrow.cuh): A operands built in
+  // registers from the rows as stored, P′ per scale block, split runs of 64-key tiles.
+  const json narrow = {{"schedule", "narrow"}, {"block_n", 64}, {"stages", 4}};
+  const auto run = [&](json extra) {
+    extra["layout"] = "fp8";
+    run_and_judge(hostile(extra), &narrow);
+  };
+  for (int h : {8, 16}) {
+    run({{"h", h}});
+    run({{"h", h}, {"q_len", 8}});
+    run({{"h", h}, {"topk", 2048}, {"splits", 7}});
+  }
+  for (const char* sink : {"-inf", "finite", "+inf"})
+    for (int splits : {1, 3}) run({{"sink", sink}, {"splits", splits}});
+  for (const char* lens : {"seq", "token"}) run({{"lens", lens}, {"q_len", 2}});
+  run({{"topk_extra", 70}});
+  run({{"topk_extra", 70}, {"lens", "token"}, {"sink", "finite"}, {"splits", 4}});
+  run({{"ragged", 1}, {"q_len", 8}, {"lens", "token"}, {"h", 8}, {"topk_extra", 64}});
+  run({{"topk", 1}});
+  run({{"topk", 63}, {"splits", 2}});
+}
+
 TEST_CASE("mla_decode_sparse replays from a CUDA graph with new indices",
           "[gpu][mla_decode_sparse][graph]") {
   if (!test::gpu_or_skip()) return;

@@ -75,13 +75,19 @@ void MlaDecodeSparseConfig::validate() const {
   // softmax_wg's fp8 widens into 32-key steps only.
   const bool fp8 = cache_layout == MlaSparseLayout::kFp8;
   const bool two = schedule == MlaSparseSchedule::kTwoConsumers;
-  if (block_n == 64 && (stages != 4 || (fp8 && !two)))
+  if (block_n == 64 && (stages != 4 || (fp8 && schedule == MlaSparseSchedule::kSoftmaxWarpgroup)))
     fail_config(table().where("block_n"),
                 fmt::format("64 needs stages 4, and with fp8 schedule two_consumers; got stages {}, {}, {}",
                             stages, to_string(cache_layout), to_string(schedule)));
   if (two && block_n != 64)  // stages 4 follows from 64
     fail_config(table().where("schedule"),
                 fmt::format("two_consumers needs block_n 64 (stages 4), got block_n {}", block_n));
+  if (schedule == MlaSparseSchedule::kNarrow &&
+      (!fp8 || (num_heads != 8 && num_heads != 16) || block_n != 64 || stages != 4))
+    fail_config(table().where("schedule"),
+                fmt::format("narrow needs fp8 rows, num_heads 8 or 16, block_n 64 and stages 4; got "
+                            "{}, num_heads {}, block_n {}, stages {}",
+                            to_string(cache_layout), num_heads, block_n, stages));
   if (ops::mla_sparse_smem_bytes(*this) > kMaxSmemPerBlock)
     fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
                                                      ops::mla_sparse_smem_bytes(*this),
@@ -118,14 +124,16 @@ namespace ops {
 void MlaSparseHelperConfig::validate() const { helper_table<kQuantize>().check_rules(*this); }
 
 unsigned mla_sparse_smem_bytes(const MlaDecodeSparseConfig& c) {
+  if (c.schedule == MlaSparseSchedule::kNarrow) return dev::narrow_smem_bytes(c.num_heads, c.stages);
   return dev::smem_bytes(c.cache_layout == MlaSparseLayout::kFp8, c.block_n, c.stages,
                         c.schedule == MlaSparseSchedule::kTwoConsumers);
 }
 
 jit::KernelRecipe mla_sparse_main_recipe(const MlaDecodeSparseConfig& c, Arch arch) {
+  const bool narrow = c.schedule == MlaSparseSchedule::kNarrow;
   return table_recipe(table(), c,
                       {"mla_decode_sparse", "mla_decode_sparse/sm90_mla_decode_sparse.cuh",
-                       "attnjit::mla_decode_sparse::kernel"},
+                       narrow ? "attnjit::mla_decode_sparse::narrow::kernel" : "attnjit::mla_decode_sparse::kernel"},
                       arch, mla_sparse_smem_bytes(c));
 }
 

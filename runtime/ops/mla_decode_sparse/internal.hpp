@@ -24,10 +24,11 @@ struct EnumSpelling<MlaSparseLayout> {
 
 template <>
 struct EnumSpelling<MlaSparseSchedule> {
-  static constexpr std::array<Spelled<MlaSparseSchedule>, 2> kAll{{
+  static constexpr std::array<Spelled<MlaSparseSchedule>, 3> kAll{{
       {MlaSparseSchedule::kSoftmaxWarpgroup, "softmax_wg",
        "attnjit::mla_decode_sparse::Schedule::kSoftmaxWarpgroup"},
       {MlaSparseSchedule::kTwoConsumers, "two_consumers", "attnjit::mla_decode_sparse::Schedule::kTwoConsumers"},
+      {MlaSparseSchedule::kNarrow, "narrow", "attnjit::mla_decode_sparse::Schedule::kNarrow"},
   }};
 };
 

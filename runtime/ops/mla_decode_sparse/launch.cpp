@@ -129,11 +129,11 @@ void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseC
             Workspace workspace, float* max_logit, CUstream stream) {
   if (s.b == 0 || s.total_q == 0) return;  // no query rows: nothing to write
 
-  // q as [total_q·h, 576] in 128B-swizzled boxes of 64 rows × 64 columns (one span).
+  // q as [total_q·h, 576] in 128B-swizzled boxes of 64 rows (narrow: h) × 64 columns (one span).
   TmaMapSpec q_spec;
   q_spec.tensor = TensorView::contiguous(a.q.data, DType::kBF16, {s.total_q * s.h, dev::kHeadDim},
                                          a.q.device);
-  q_spec.box[0] = 64;
+  q_spec.box[0] = c.schedule == MlaSparseSchedule::kNarrow ? static_cast<unsigned>(s.h) : 64u;
   q_spec.box[1] = 64;
   q_spec.swizzle = Swizzle::k128B;
   validate_tma(q_spec, "q");

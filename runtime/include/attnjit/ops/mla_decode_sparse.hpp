@@ -48,9 +48,11 @@ std::string_view to_string(MlaSparseLayout l);
 inline constexpr int kMlaSparseFp8RowBytes = 656;
 
 // The main kernel's warpgroup roles: a softmax warpgroup computing S and P for two P·V
-// warpgroups that also gather; or (bf16, 64-key steps) a gathering producer and two
-// consumers that each compute S for half of a step's keys and P·V for half of the columns.
-enum class MlaSparseSchedule : uint8_t { kSoftmaxWarpgroup, kTwoConsumers };
+// warpgroups that also gather; or (64-key steps) a gathering producer and two consumers
+// that each compute S for half of a step's keys and P·V for half of the columns; or
+// narrow (fp8, h ≤ 16): a gathering producer and two consumers taking alternate 64-key
+// tiles with the keys on wgmma's M and the heads on N.
+enum class MlaSparseSchedule : uint8_t { kSoftmaxWarpgroup, kTwoConsumers, kNarrow };
 std::string_view to_string(MlaSparseSchedule s);
 
 struct MlaDecodeSparseConfig {

@@ -1,0 +1,611 @@
+#pragma once
+// mla_decode_sparse's narrow schedule (config `schedule` narrow): fp8 rows (656 B) at h = 8
+// or 16. The other schedules put a token's heads on wgmma's M, which is 64: at h = 16 three
+// quarters of each tensor-core instruction is padding, and every key is widened to bf16
+// through shared memory, so the h ≤ 16 rows ran at the h 64 rate (46 % of copy, H100).
+// Here the 64 keys of a tile are M and the h heads N (as mla_decode_fp8's narrow kernel),
+// and nothing is widened in shared memory: the consumers build their A operands in
+// registers from the rows as stored, exactly (e4m3 → f16 is exact).
+//
+//   Sᵀ [64 keys × h] = Σ_b σ_b[key] · (K_b·Q_bᵀ) · 2^e_n + K_r·Q_rᵀ
+//        K_b: scale block b's 128 e4m3 content values as f16 (ldmatrix + cvt); Q_b: q's
+//        content as f16 · 2^-e_n per head n (e_n puts the head's amax in [2^14, 2^15), so
+//        q converts exactly), rewritten in place over q's bf16 staging; each block a fresh
+//        accumulator, σ_b and 2^e_n applied in f32; the rope in bf16 as stored.
+//   P′_b [h × 64] = p · σ_b[key] / u_b in f16, u_b the tile's largest σ_b: P′ ≤ 1 whatever
+//        σ's magnitude, so f16's range never cuts it.
+//   Oᵀ_b [128 dims × h] = Oᵀ_b · α · u_b,old / u_b + Vᵀ_b·P′_bᵀ with Vᵀ as f16 in registers
+//        (ldmatrix.trans + PRMT + cvt); the output is Oᵀ_b · u_b / l.
+// A producer warpgroup gathers each tile's 64 rows as stored (16-byte cp.async) into a
+// 4-stage ring; two consumer warpgroups take alternate tiles (an even ring: a stage has one
+// consumer), each with its own m, l and Oᵀ, and merge at the end. A skipped key's row is
+// zero-filled (src-size 0) and its score replaced by -inf.
+//
+// Key order. Warp w's S fragment rows g and g + 8 (g = lane / 4) are ring rows 16w + g and
+// 16w + 8 + (g ^ 4); P′ᵀ's k position 16w + 2g + j is the row of fragment row g + 8j, so a
+// thread stores its two rows' P′ as one f16x2. The XOR keeps Vᵀ's ldmatrix.trans, which
+// reads rows {g, 8 + (g ^ 4)} pairwise, on 8 bank groups. Within a 16-dim k-step of S, the
+// thread's 4 bytes 4t .. 4t+3 of a row are A's k positions {2t, 2t+1, 8+2t, 9+2t}; q's f16
+// copy is written in that order (q_to_f16).
+
+namespace attnjit::mla_decode_sparse::narrow {
+
+template <auto P>
+struct Traits {
+  static constexpr int kRows = P.num_heads;                 // wgmma N: the token's heads
+  static constexpr int kKeys = kNarrowKeys;                 // wgmma M: keys per tile
+  static constexpr int kStages = P.stages;
+  static constexpr int kAcc = kRows / 2;                    // floats of one [64 × N] fragment
+  static constexpr int kCols = kRows / 4;                   // distinct columns per thread
+  static constexpr int kChunkBytes = kRows * 128;           // q and P′ tiles: [N][128 B], SW128
+  static constexpr int kQChunks = kHeadDim * 2 / 128;       // 9: 8 of content, the rope
+  static constexpr int kRopeChunk = kQChunks - 1;
+  static constexpr int kStageBytes = kKeys * kFp8RowBytes;
+  static constexpr int kBlocks = kFp8Scales;                // scale blocks: 2 Oᵀ tiles each
+  static constexpr int kDimTiles = kValueDim / kWgmmaM;     // Oᵀ tiles of 64 dims
+  static constexpr int kConsumers = 2;
+  // The producer only gathers; a consumer holds Oᵀ (8 × kAcc), two blocks' fragments and
+  // the scores.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budgets over the launch's");
+  static_assert(P.cache_layout == CacheLayout::kFp8, "narrow: fp8 rows");
+  static_assert(kRows == 8 || kRows == 16, "narrow: h 8 or 16 (wgmma N)");
+  static_assert(P.block_n == kKeys && P.stages == 4, "narrow: 64-key tiles in 4 stages");
+  static_assert(kFp8RowBytes % 32 == 16, "a row is an odd count of 16-byte units");
+};
+
+template <auto P>
+struct SharedStorage {
+  using T = Traits<P>;
+  // q [N][576] bf16 as 9 SW128 chunks (TMA); q_to_f16 rewrites chunks 0..7 as f16.
+  alignas(1024) u8 q[T::kQChunks * T::kChunkBytes];
+  alignas(1024) u8 p[T::kConsumers][T::kBlocks][T::kChunkBytes];  // P′_bᵀ f16 [N][64 k], SW128
+  alignas(16) u8 ring[T::kStages][T::kStageBytes];                 // rows as stored, 656 B apart
+  int valid[T::kStages][T::kKeys];                                 // 1: the row was gathered
+  float cq[T::kRows];                                              // 2^e_n
+  float red[T::kConsumers][4][T::kRows];      // per warp: a column max, then l
+  float umax[T::kConsumers][4][T::kBlocks];   // per warp: its rows' largest σ_b
+  float stats[T::kConsumers][2][T::kRows];    // each consumer's final m and l
+  MBarrier q_full;
+  MBarrier full[T::kStages];   // 128 cp.async arrivals + 128 arrivals (the valid flags)
+  MBarrier empty[T::kStages];  // the stage's consumer: one arrival per warp
+};
+
+template <auto P>
+inline constexpr unsigned kDynamicSmemBytes = sizeof(SharedStorage<P>) + 1024;
+template <auto P>
+inline constexpr bool kPlanMatches = kDynamicSmemBytes<P> == narrow_smem_bytes(P.num_heads, P.stages);
+
+template <auto P>
+using QTile = WgmmaKMajorTile<Swizzle::k128B, Traits<P>::kRows>;  // B: q and P′ᵀ, N rows
+
+// Named barriers: 1 + c is consumer c's own; kBoth the two consumers' (256 threads).
+ATTNJIT_DEVICE u32 own_barrier(int c) { return 1u + static_cast<u32>(c); }
+inline constexpr u32 kBoth = 3;
+
+// This thread's column c (0 .. kCols-1) of an [64 × N] fragment, and the fragment entry's c.
+ATTNJIT_DEVICE int column(int tid, int c) { return 8 * (c / 2) + 2 * (tid % 4) + c % 2; }
+ATTNJIT_HOST_DEVICE constexpr int col_of(int i) { return 2 * (i / 4) + i % 2; }
+// Ring row of warp w's fragment row g (j = 0) or g + 8 (j = 1).
+ATTNJIT_HOST_DEVICE constexpr int ring_row(int w, int g, int j) { return 16 * w + (j ? 8 + (g ^ 4) : g); }
+
+ATTNJIT_DEVICE void ldsm_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+ATTNJIT_DEVICE void ldsm_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// Four e4m3 (low byte first) → two f16x2: lo = bytes 0, 1; hi = bytes 2, 3. Exact.
+ATTNJIT_DEVICE void e4m3x4_to_f16(u32 x, u32& lo, u32& hi) {
+  asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h;}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+}
+
+// ---- the producer ------------------------------------------------------------------------
+
+// cp.async of units kI, kI + 2, … (< 2·kEnd) of a row: each source offset an immediate.
+template <int kI, int kEnd>
+ATTNJIT_DEVICE void copy_units(u32 dst, const u8* src, u32 bytes) {
+  if constexpr (kI < kEnd) {
+    cp_async_16_at<32 * kI>(dst + 32 * kI, src, bytes);
+    copy_units<kI + 1, kEnd>(dst, src, bytes);
+  }
+}
+
+// Two threads per key row: thread 2k + h copies units h, h + 2, … of the tile's key k (41
+// units: 16 B each); a quarter-warp's stores fall in 8 bank groups. Each tile's indices are
+// loaded a tile ahead.
+template <auto P>
+ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const Args& a, const Work& w) {
+  using T = Traits<P>;
+  constexpr int kUnits = kFp8RowBytes / 16;
+  const int tid = thread_in_warpgroup(), key = tid / 2, half = tid % 2;
+  const int count = w.tile_end - w.tile_begin;
+  const int j0 = w.tile_begin * T::kKeys + key;
+  int idx = count > 0 ? key_index<P>(a, w, j0) : -1;
+  for (int n = 0; n < count; ++n) {
+    const int st = n % T::kStages, j = j0 + n * T::kKeys;
+    const int next = n + 1 < count ? key_index<P>(a, w, j + T::kKeys) : -1;
+    if (n >= T::kStages) mbarrier_wait(&s.empty[st], static_cast<u32>(n / T::kStages - 1) & 1u);
+    const u8* row = gathered_row<true>(a, w, j, idx);
+    if (half == 0) s.valid[st][key] = row != nullptr ? 1 : 0;
+    const u8* src = (row != nullptr ? row : static_cast<const u8*>(a.main.rows)) + 16 * half;
+    const u32 bytes = row != nullptr ? 16u : 0u;  // 0: zero-fill, read nothing
+    const u32 dst = smem_u32(s.ring[st]) + static_cast<u32>(key * kFp8RowBytes + 16 * half);
+    copy_units<0, kUnits / 2>(dst, src, bytes);
+    if (half == 0) cp_async_16_at<16 * (kUnits - 1)>(dst + 16 * (kUnits - 1), src, bytes);
+    cp_async_arrive(&s.full[st]);
+    mbarrier_arrive(&s.full[st]);  // the valid flag
+    idx = next;
+  }
+}
+
+// ---- the consumers' pieces ------------------------------------------------------------------
+
+// q's content (bf16, as TMA wrote it) → f16 · 2^-e_n in place, in the k order of the A
+// fragments; cq[n] = 2^e_n. Warp v (0..7) of the two consumers converts rows v, v + 8;
+// lane l the 16 values [16l, 16l + 16): chunk l/4, units 2(l%4) and 2(l%4) + 1.
+template <auto P>
+ATTNJIT_DEVICE void q_to_f16(SharedStorage<P>& s, int consumer_tid) {
+  using T = Traits<P>;
+  const int v = consumer_tid / 32, lane = consumer_tid % 32;
+  for (int n = v; n < T::kRows; n += 8) {
+    const u32 line = smem_u32(s.q) + static_cast<u32>((lane / 4) * T::kChunkBytes + n * 128);
+    const u32 u0 = 2u * static_cast<u32>(lane % 4), sw = static_cast<u32>(n % 8);
+    const u32 at[2] = {line + 16u * (u0 ^ sw), line + 16u * ((u0 + 1u) ^ sw)};
+    const uint4 raw[2] = {ld_shared_16(at[0]), ld_shared_16(at[1])};
+    const u32 words[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+    float x[16];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      x[2 * i] = __uint_as_float(words[i] << 16);
+      x[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+      amax = fmaxf(amax, fmaxf(fabsf(x[2 * i]), fabsf(x[2 * i + 1])));
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    // e: amax · 2^-e in [2^14, 2^15) (f16's largest is 65504); a zero row keeps e = 0, and
+    // the clamp keeps 2^±e a normal float.
+    const int e = amax > 0.0f ? max(-100, min(100, ((__float_as_int(amax) >> 23) & 0xff) - 127 - 14)) : 0;
+    const float mul = __int_as_float((127 - e) << 23);
+    u32 out[8];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {  // k positions 2t, 2t+1 ← values 4t, 4t+1; 8+2t, 9+2t ← 4t+2, 4t+3
+      out[t] = pack2<DType::kF16>(x[4 * t] * mul, x[4 * t + 1] * mul);
+      out[4 + t] = pack2<DType::kF16>(x[4 * t + 2] * mul, x[4 * t + 3] * mul);
+    }
+    st_shared_16(at[0], make_uint4(out[0], out[1], out[2], out[3]));
+    st_shared_16(at[1], make_uint4(out[4], out[5], out[6], out[7]));
+    if (lane == 0) s.cq[n] = __int_as_float((127 + e) << 23);
+  }
+}
+
+// Sᵀ's block b (content blocks 0..3: 8 f16 k-steps, A from the rows by ldmatrix + cvt;
+// block 4: the rope, 4 bf16 k-steps, A by ldmatrix as stored) into a fresh accumulator d.
+// k_addr: this lane's ldmatrix row (matrices 0/1: fragment rows g / g + 8; 2/3: 16 bytes
+// on). The fragments f stay untouched until the group retires.
+template <auto P, int kBlock>
+ATTNJIT_DEVICE void issue_block(float (&d)[Traits<P>::kAcc], u32 (&f)[8][4], u32 k_addr, u32 q_addr) {
+  using T = Traits<P>;
+  if constexpr (kBlock < T::kBlocks) {
+#pragma unroll
+    for (int kp = 0; kp < 4; ++kp) {
+      u32 r[4];
+      ldsm_x4(r, k_addr + 128 * kBlock + 32 * kp);
+      e4m3x4_to_f16(r[0], f[2 * kp][0], f[2 * kp][2]);
+      e4m3x4_to_f16(r[1], f[2 * kp][1], f[2 * kp][3]);
+      e4m3x4_to_f16(r[2], f[2 * kp + 1][0], f[2 * kp + 1][2]);
+      e4m3x4_to_f16(r[3], f[2 * kp + 1][1], f[2 * kp + 1][3]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+      wgmma_rs<DType::kF16, T::kRows>(d, f[ks], QTile<P>::desc(q_addr, 256 * kBlock + 32 * ks), ks > 0);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) ldsm_x4(f[kk], k_addr + kFp8RopeOffset + 32 * kk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_rs<DType::kBF16, T::kRows>(d, f[kk], QTile<P>::desc(q_addr, 128 * T::kRopeChunk + 32 * kk), kk > 0);
+  }
+  wgmma_commit();
+}
+
+// Retires block kBlock (kPending groups may stay in flight) and adds it to the scores:
+// σ_b · d for content (then · 2^e_n after the last), d for the rope.
+template <auto P, int kBlock, int kPending>
+ATTNJIT_DEVICE void add_block(float (&sacc)[Traits<P>::kAcc], float (&d)[Traits<P>::kAcc], u32 (&f)[8][4],
+                              const float (&sc)[2][4], const float (&cqn)[Traits<P>::kCols]) {
+  using T = Traits<P>;
+  wgmma_wait<kPending>();
+  wgmma_fence_operands(d);
+#pragma unroll
+  for (int r = 0; r < 8; ++r) wgmma_fence_operands(f[r]);
+#pragma unroll
+  for (int i = 0; i < T::kAcc; ++i) {
+    if constexpr (kBlock == 0) {
+      sacc[i] = sc[(i / 2) % 2][0] * d[i];
+    } else if constexpr (kBlock < T::kBlocks) {
+      sacc[i] += sc[(i / 2) % 2][kBlock] * d[i];
+      if constexpr (kBlock == T::kBlocks - 1) sacc[i] *= cqn[col_of(i)];
+    } else {
+      sacc[i] += d[i];
+    }
+  }
+}
+
+// Sᵀ over one ring stage: the 5 blocks into two alternating accumulators, one in flight
+// while the other is added.
+template <auto P>
+ATTNJIT_DEVICE void scores(float (&sacc)[Traits<P>::kAcc], u32 k_addr, u32 q_addr, const float (&sc)[2][4],
+                           const float (&cqn)[Traits<P>::kCols]) {
+  float part[2][Traits<P>::kAcc];
+  u32 frag[2][8][4];
+  issue_block<P, 0>(part[0], frag[0], k_addr, q_addr);
+  issue_block<P, 1>(part[1], frag[1], k_addr, q_addr);
+  add_block<P, 0, 1>(sacc, part[0], frag[0], sc, cqn);
+  issue_block<P, 2>(part[0], frag[0], k_addr, q_addr);
+  add_block<P, 1, 1>(sacc, part[1], frag[1], sc, cqn);
+  issue_block<P, 3>(part[1], frag[1], k_addr, q_addr);
+  add_block<P, 2, 1>(sacc, part[0], frag[0], sc, cqn);
+  issue_block<P, 4>(part[0], frag[0], k_addr, q_addr);
+  add_block<P, 3, 1>(sacc, part[1], frag[1], sc, cqn);
+  add_block<P, 4, 0>(sacc, part[0], frag[0], sc, cqn);
+}
+
+// The column max of v over the consumer's 64 keys (a butterfly over the 8 lanes sharing a
+// column set, then the four warps through shared memory), and beside it each scale block's
+// largest σ over the 64 rows (u).
+template <auto P>
+ATTNJIT_DEVICE void reduce_tile(float (&v)[Traits<P>::kCols], float (&u)[4], SharedStorage<P>& s, int c) {
+  using T = Traits<P>;
+  const int tid = thread_in_warpgroup(), warp = tid / 32;
+#pragma unroll
+  for (int o = 4; o < 32; o *= 2) {
+#pragma unroll
+    for (int i = 0; i < T::kCols; ++i) v[i] = fmaxf(v[i], __shfl_xor_sync(0xffffffffu, v[i], o));
+#pragma unroll
+    for (int b = 0; b < 4; ++b) u[b] = fmaxf(u[b], __shfl_xor_sync(0xffffffffu, u[b], o));
+  }
+  if (tid % 32 < 4)
+#pragma unroll
+    for (int i = 0; i < T::kCols; ++i) s.red[c][warp][column(tid, i)] = v[i];
+  if (tid % 32 == 0)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) s.umax[c][warp][b] = u[b];
+  named_barrier_sync(own_barrier(c), kWarpgroupThreads);
+#pragma unroll
+  for (int i = 0; i < T::kCols; ++i) {
+    const int n = column(tid, i);
+    v[i] = fmaxf(fmaxf(s.red[c][0][n], s.red[c][1][n]), fmaxf(s.red[c][2][n], s.red[c][3][n]));
+  }
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+    u[b] = fmaxf(fmaxf(s.umax[c][0][b], s.umax[c][1][b]), fmaxf(s.umax[c][2][b], s.umax[c][3][b]));
+}
+
+// Oᵀ += Vᵀ·P′ᵀ over one stage: per 16-key k-step (warp ks's rows), the 8 dim tiles'
+// fragments (ldmatrix.trans, two tiles each; a PRMT splits a register's dims 2g and 2g + 1,
+// cvt widens), then 8 RS wgmmas; two k-steps' fragments in flight. The stage is released
+// after its last ldmatrix (the fragments hold what the wgmmas read).
+template <auto P>
+ATTNJIT_DEVICE void accumulate_pv(float (&o)[Traits<P>::kDimTiles][Traits<P>::kAcc], u32 v_addr, u32 p_addr,
+                                  MBarrier* empty) {
+  using T = Traits<P>;
+  u32 frag[2][T::kDimTiles][4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    u32(&f)[T::kDimTiles][4] = frag[ks % 2];
+#pragma unroll
+    for (int mp = 0; mp < T::kDimTiles / 2; ++mp) {
+      u32 r[4];
+      ldsm_x4_trans(r, v_addr + 16 * kFp8RowBytes * ks + 128 * mp);
+#pragma unroll
+      for (int m = 0; m < 4; ++m)  // matrix m: dim tile 2mp + m/2, k positions 8(m%2) ..
+        e4m3x4_to_f16(__byte_perm(r[m], 0, 0x3120), f[2 * mp + m / 2][2 * (m % 2)], f[2 * mp + m / 2][2 * (m % 2) + 1]);
+    }
+    if (ks == 3) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbarrier_arrive(empty);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int mb = 0; mb < T::kDimTiles; ++mb)
+      wgmma_rs<DType::kF16, T::kRows>(o[mb], f[mb], QTile<P>::desc(p_addr + (mb / 2) * T::kChunkBytes, 32 * ks),
+                                      true);
+    wgmma_commit();
+    if (ks > 0) {
+      wgmma_wait<1>();
+#pragma unroll
+      for (int mb = 0; mb < T::kDimTiles; ++mb) wgmma_fence_operands(frag[(ks - 1) % 2][mb]);
+    }
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int mb = 0; mb < T::kDimTiles; ++mb) {
+    wgmma_fence_operands(o[mb]);
+    wgmma_fence_operands(frag[1][mb]);
+  }
+}
+
+// The merge's exchange area: the ring, free once both walks are over.
+template <auto P>
+ATTNJIT_DEVICE float* exchange(SharedStorage<P>& s) {
+  return reinterpret_cast<float*>(&s.ring[0][0]);
+}
+
+// Consumer kHalf hands the other the Oᵀ tiles of the other's half (dims 256·(1 − kHalf) ..).
+template <auto P, int kHalf>
+ATTNJIT_DEVICE void hand_over(SharedStorage<P>& s, const float (&o)[Traits<P>::kDimTiles][Traits<P>::kAcc]) {
+  using T = Traits<P>;
+  constexpr int kTheirs = 4 * (1 - kHalf);
+  float* x = exchange(s);
+  const int tid = thread_in_warpgroup();
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) x[((kHalf * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid] = o[kTheirs + b][i];
+}
+
+// The merge and consumer kHalf's half of the output (dims 256·kHalf ..), after both
+// hand_overs: unsplit, bf16 out (the sink in the denominator), lse and max logit; split,
+// the f32 partial and its lse (the combine applies the sink). l = 0: no key, out 0, lse -inf.
+template <auto P, int kHalf>
+ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const Work& w, const Seq& seq,
+                           float (&o)[Traits<P>::kDimTiles][Traits<P>::kAcc], const float (&m)[Traits<P>::kCols],
+                           const float (&l)[Traits<P>::kCols]) {
+  using T = Traits<P>;
+  constexpr int kMine = 4 * kHalf;
+  const int tid = thread_in_warpgroup(), warp = tid / 32, g = (tid % 32) / 4;
+  const float* x = exchange(s);
+  float a_me[T::kCols], a_other[T::kCols], l_all[T::kCols], m_all[T::kCols];
+#pragma unroll
+  for (int c = 0; c < T::kCols; ++c) {
+    const int n = column(tid, c);
+    const float m_o = s.stats[1 - kHalf][0][n], l_o = s.stats[1 - kHalf][1][n];
+    m_all[c] = fmaxf(m[c], m_o);
+    const float m_use = m_all[c] == neg_inf() ? 0.0f : m_all[c];
+    a_me[c] = exp2f(m[c] - m_use);
+    a_other[c] = exp2f(m_o - m_use);
+    l_all[c] = a_me[c] * l[c] + a_other[c] * l_o;
+  }
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i)
+      o[kMine + b][i] = a_me[col_of(i)] * o[kMine + b][i] +
+                        a_other[col_of(i)] * x[(((1 - kHalf) * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid];
+
+  // Fragment rows g and g + 8 of a dim tile are dims 2g and 2g + 1: accumulators i and
+  // i + 2 of one column, one bf16x2 (or float2).
+#pragma unroll
+  for (int c = 0; c < T::kCols; ++c) {
+    const int head = column(tid, c);
+    const bool empty = !(l_all[c] > 0.0f);
+    const float lse = empty ? neg_inf() : (m_all[c] + __log2f(l_all[c])) * kLn2;
+    const int prow = w.q_idx * P.num_heads + head;  // packed row, as mla_decode's partials
+    const int i0 = 4 * (c / 2) + c % 2;             // column c's accumulators: rows g, g + 8
+    const u32 dim0 = static_cast<u32>(16 * warp + 2 * g);
+    if (w.slot < 0) {
+      const float sink = a.sink != nullptr ? a.sink[head] * kLog2e : neg_inf();
+      const float denom = l_all[c] + (empty || sink == neg_inf() ? 0.0f : exp2f(sink - m_all[c]));
+      const float inv = empty ? 0.0f : 1.0f / denom;
+      u32* out = reinterpret_cast<u32*>(static_cast<u16*>(a.out) +
+                                        (static_cast<u64>(seq.start) * P.num_heads + prow) * kValueDim + dim0);
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        out[32 * (kMine + b)] = pack2<DType::kBF16>(o[kMine + b][i0] * inv, o[kMine + b][i0 + 2] * inv);
+      if (kHalf == 0 && warp == 0 && g == 0) {
+        const i64 at = lse_index(a.q, w.batch, seq, P.num_heads, head, w.q_idx);
+        if (a.lse != nullptr) a.lse[at] = lse;
+        if (a.max_logit != nullptr) a.max_logit[at] = empty ? neg_inf() : m_all[c] * kLn2;
+      }
+    } else {
+      const float inv = empty ? 0.0f : 1.0f / l_all[c];
+      const u64 part = static_cast<u64>(w.slot) * static_cast<u32>(a.q.q_len * P.num_heads) + prow;
+      float* out = a.part_out + part * kValueDim + dim0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        *reinterpret_cast<float2*>(out + 64 * (kMine + b)) =
+            make_float2(o[kMine + b][i0] * inv, o[kMine + b][i0 + 2] * inv);
+      if (kHalf == 0 && warp == 0 && g == 0) a.part_lse[part] = lse;
+    }
+  }
+}
+
+// ---- the consumer role ----------------------------------------------------------------------
+
+// Consumer c's walk over the CTA's `count` tiles c, c + 2, …, then its final m and l, the
+// merge and its half of the output.
+template <auto P>
+ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int c) {
+  using T = Traits<P>;
+  const int tid = thread_in_warpgroup(), warp = tid / 32, lane = tid % 32, g = lane / 4;
+  if (count > 0) {
+    mbarrier_wait(&s.q_full, 0);
+    q_to_f16<P>(s, c * kWarpgroupThreads + tid);
+    fence_proxy_async_smem();  // q's f16 is read by wgmma
+    named_barrier_sync(kBoth, T::kConsumers * kWarpgroupThreads);
+  }
+  float cqn[T::kCols], m[T::kCols], l[T::kCols];  // per column: 2^e_n, the running max, Σp
+#pragma unroll
+  for (int i = 0; i < T::kCols; ++i) {
+    cqn[i] = count > 0 ? s.cq[column(tid, i)] : 1.0f;
+    m[i] = neg_inf();
+    l[i] = 0.0f;
+  }
+  float units[T::kBlocks] = {1.0f, 1.0f, 1.0f, 1.0f};  // u_b: Oᵀ_b's unit
+  float o[T::kDimTiles][T::kAcc];
+#pragma unroll
+  for (int mb = 0; mb < T::kDimTiles; ++mb)
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) o[mb][i] = 0.0f;
+
+  // This lane's ldmatrix rows: S (matrix lane/8: fragment rows g / g + 8, +16 bytes for
+  // matrices 2, 3) and Vᵀ (matrix row i of k-step 0 is k position 8(mat%2) + i).
+  const int mat = lane / 8, i8 = lane % 8;
+  const u32 k_lane = static_cast<u32>(ring_row(warp, i8, mat % 2) * kFp8RowBytes + 16 * (mat / 2));
+  const int kpos = 8 * (mat % 2) + i8;
+  const u32 v_lane = static_cast<u32>(ring_row(0, kpos / 2, kpos % 2) * kFp8RowBytes + 64 * (mat / 2) + 16 * warp);
+  const u32 q_addr = smem_u32(s.q), p_addr = smem_u32(s.p[c][0]);
+  const int rows[2] = {ring_row(warp, g, 0), ring_row(warp, g, 1)};
+
+  for (int n = c; n < count; n += T::kConsumers) {
+    const int st = n % T::kStages;
+    mbarrier_wait(&s.full[st], static_cast<u32>(n / T::kStages) & 1u);
+    const u32 stage = smem_u32(s.ring[st]);
+    bool ok[2];
+    float sc[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      ok[j] = s.valid[st][rows[j]] != 0;
+      const uint4 v = ld_shared_16(stage + static_cast<u32>(rows[j] * kFp8RowBytes + kFp8ScaleOffset));
+      sc[j][0] = __uint_as_float(v.x), sc[j][1] = __uint_as_float(v.y);
+      sc[j][2] = __uint_as_float(v.z), sc[j][3] = __uint_as_float(v.w);
+    }
+    float y[T::kAcc];
+    scores<P>(y, stage + k_lane, q_addr, sc, cqn);
+
+    float cmax[T::kCols], u[4];
+#pragma unroll
+    for (int i = 0; i < T::kCols; ++i) cmax[i] = neg_inf();
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) {
+      y[i] = ok[(i / 2) % 2] ? y[i] * a.scale_log2 : neg_inf();  // a skipped key: by selection
+      cmax[col_of(i)] = fmaxf(cmax[col_of(i)], y[i]);
+    }
+#pragma unroll
+    for (int b = 0; b < 4; ++b) u[b] = fmaxf(sc[0][b], sc[1][b]);  // skipped rows: zero-filled
+    reduce_tile<P>(cmax, u, s, c);
+    float alpha[T::kCols];
+#pragma unroll
+    for (int i = 0; i < T::kCols; ++i) {
+      const float m_new = fmaxf(m[i], cmax[i]);
+      const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no valid key yet: p = 0
+      alpha[i] = exp2f(m[i] - m_use);
+      m[i] = m_new;
+      l[i] *= alpha[i];
+      cmax[i] = m_use;
+    }
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) {
+      y[i] = exp2f(y[i] - cmax[col_of(i)]);
+      l[col_of(i)] += y[i];
+    }
+    // P′_b = p · σ_b / u_b, one f16x2 per column (rows g, g + 8 at k positions 2g, 2g + 1).
+    float ratio[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const float unit = u[b] > 0.0f ? u[b] : units[b];
+      ratio[b] = units[b] / unit;
+      units[b] = unit;
+      const float f0 = sc[0][b] / unit, f1 = sc[1][b] / unit;
+#pragma unroll
+      for (int i = 0; i < T::kCols; ++i) {
+        const int i0 = 4 * (i / 2) + i % 2;
+        st_shared_u32(p_addr + static_cast<u32>(b * T::kChunkBytes) +
+                          QTile<P>::byte_offset(static_cast<u32>(column(tid, i)), static_cast<u32>(32 * warp + 4 * g)),
+                      pack2<DType::kF16>(y[i0] * f0, y[i0 + 2] * f1));
+      }
+    }
+#pragma unroll
+    for (int mb = 0; mb < T::kDimTiles; ++mb)
+#pragma unroll
+      for (int i = 0; i < T::kAcc; ++i) o[mb][i] *= alpha[col_of(i)] * ratio[mb / 2];
+    fence_proxy_async_smem();  // P′ is read by wgmma
+    named_barrier_sync(own_barrier(c), kWarpgroupThreads);
+    accumulate_pv<P>(o, stage + v_lane, p_addr, &s.empty[st]);
+  }
+
+  // Oᵀ in value units; l over the consumer (lanes, then warps); its final m and l.
+#pragma unroll
+  for (int mb = 0; mb < T::kDimTiles; ++mb)
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) o[mb][i] *= units[mb / 2];
+#pragma unroll
+  for (int i = 0; i < T::kCols; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 4);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 8);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 16);
+    if (lane < 4) s.red[c][warp][column(tid, i)] = l[i];
+  }
+  named_barrier_sync(own_barrier(c), kWarpgroupThreads);
+#pragma unroll
+  for (int i = 0; i < T::kCols; ++i) {
+    const int n = column(tid, i);
+    l[i] = (s.red[c][0][n] + s.red[c][1][n]) + (s.red[c][2][n] + s.red[c][3][n]);
+    if (tid < 4) {
+      s.stats[c][0][n] = m[i];
+      s.stats[c][1][n] = l[i];
+    }
+  }
+  named_barrier_sync(kBoth, T::kConsumers * kWarpgroupThreads);  // both walks over: the ring is free
+  if (c == 0)
+    hand_over<P, 0>(s, o);
+  else
+    hand_over<P, 1>(s, o);
+  named_barrier_sync(kBoth, T::kConsumers * kWarpgroupThreads);  // both halves handed over
+  // The CTA's Seq and Work again, from an opaque block index: held across the loop, ptxas
+  // spilled them. (The parts finish does not read are dead code.)
+  u32 bx = blockIdx.x;
+  opaque(bx);
+  const Seq seq = sequence(a.q, token_slot_of<1>(bx) / a.q.q_len);
+  const Work w = locate_steps<1, T::kKeys, 1>(a, seq, bx);
+  if (c == 0)
+    finish<P, 0>(s, a, w, seq, o, m, l);
+  else
+    finish<P, 1>(s, a, w, seq, o, m, l);
+}
+
+// ---- entry ------------------------------------------------------------------------------
+
+template <auto P>
+__global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
+    kernel(const __grid_constant__ TmaDesc q_map,  // [total_q·h, 576] bf16, box [h, 64], SW128
+           const Args args) {
+  using T = Traits<P>;
+  static_assert(kPlanMatches<P>, "mla_decode_sparse/layout.cuh's narrow_smem_bytes is not this SharedStorage's");
+  // One CTA per query token (row_tiles(h ≤ 64) = 1) and split.
+  const Seq seq = sequence(args.q, token_slot_of<1>(blockIdx.x) / args.q.q_len);
+  if (token_slot_of<1>(blockIdx.x) % args.q.q_len >= seq.q_len) return;  // ragged: no such token
+  extern __shared__ u8 smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage<P>*>(smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u));
+  const Work w = locate_steps<1, T::kKeys, 1>(args, seq, blockIdx.x);
+  if (threadIdx.x == 0) {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
+    prefetch_tma_desc(q_map);
+    mbarrier_init(&s.q_full, 1);
+    for (int i = 0; i < T::kStages; ++i) {
+      mbarrier_init(&s.full[i], 2 * kWarpgroupThreads);
+      mbarrier_init(&s.empty[i], 4);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && w.tile_begin < w.tile_end) {
+    mbarrier_arrive_expect_tx(&s.q_full, T::kQChunks * T::kChunkBytes);
+    for (int ch = 0; ch < T::kQChunks; ++ch)
+      tma_load_2d(q_map, &s.q_full, s.q + ch * T::kChunkBytes, ch * 64, static_cast<int>(w.token) * P.num_heads);
+  }
+  const int wg = warpgroup_id_uniform();
+  if (wg == 0) {
+    warpgroup_reg_dealloc<T::kProducerRegs>();
+    producer<P>(s, args, w);
+  } else {
+    warpgroup_reg_alloc<T::kConsumerRegs>();
+    consumer<P>(s, args, w.tile_end - w.tile_begin, wg - 1);
+  }
+  pdl_launch_dependents();
+}
+
+}  // namespace attnjit::mla_decode_sparse::narrow
