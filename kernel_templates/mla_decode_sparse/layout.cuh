@@ -110,14 +110,18 @@ ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages, bool two_con
 
 // The narrow schedule (narrow.cuh; fp8 rows, h = 8 or 16 heads on wgmma's N): q's 9
 // chunks of [h][128 B], P′ᵀ of 4 scale blocks per consumer ([h][128 B] each), a ring of
-// `stages` 64-row tiles of raw rows (656 B apart: an odd count of 16-byte units, so 8
-// consecutive rows are 8 bank groups), per ring row its validity, the column exchange
-// (cq, red, umax, stats) and the mbarriers; rounded as smem_bytes.
+// `stages` 64-row tiles of rows as stored (in core matrices, below), per ring row its
+// validity, the column exchange (cq, red, umax, stats) and the mbarriers; rounded as
+// smem_bytes.
 inline constexpr int kNarrowKeys = 64;  // keys per tile: wgmma's M
+// The ring holds rows as wgmma's no-swizzle core matrices: 16-byte unit u of row r at
+// (r/8)·kNarrowGroupStride + 128·u + 16·(r%8). The 64 bytes past a group's 41 units put
+// rows 8 apart 4 bank groups apart (ldmatrix.trans reads such pairs).
+inline constexpr int kNarrowGroupStride = kFp8RowBytes / 16 * 128 + 64;
 ATTNJIT_PLAN unsigned narrow_smem_bytes(int num_heads, int stages) {
   const int chunk = num_heads * 128;
   const int q = 9 * chunk, p = 2 * 4 * chunk;
-  const int ring = stages * kNarrowKeys * kFp8RowBytes;
+  const int ring = stages * (kNarrowKeys / 8) * kNarrowGroupStride;
   const int valid = stages * kNarrowKeys * 4;
   const int exchange = (num_heads + 2 * 4 * num_heads + 2 * 4 * 4 + 2 * 2 * num_heads) * 4;
   const int barriers = (1 + 2 * stages) * 8;

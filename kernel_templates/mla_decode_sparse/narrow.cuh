@@ -4,8 +4,8 @@
 // quarters of each tensor-core instruction is padding, and every key is widened to bf16
 // through shared memory, so the h ≤ 16 rows ran at the h 64 rate (46 % of copy, H100).
 // Here the 64 keys of a tile are M and the h heads N (as mla_decode_fp8's narrow kernel),
-// and nothing is widened in shared memory: the consumers build their A operands in
-// registers from the rows as stored, exactly (e4m3 → f16 is exact).
+// and no row is widened in shared memory: the consumers build their A operands in
+// registers from the rows as stored, exactly (every e4m3 value is an f16).
 //
 //   Sᵀ [64 keys × h] = Σ_b σ_b[key] · (K_b·Q_bᵀ) · 2^e_n + K_r·Q_rᵀ
 //        K_b: scale block b's 128 e4m3 content values as f16 (ldmatrix + cvt); Q_b: q's
@@ -16,18 +16,22 @@
 //        σ's magnitude, so f16's range never cuts it.
 //   Oᵀ_b [128 dims × h] = Oᵀ_b · α · u_b,old / u_b + Vᵀ_b·P′_bᵀ with Vᵀ as f16 in registers
 //        (ldmatrix.trans + PRMT + cvt); the output is Oᵀ_b · u_b / l.
+// The products are exact and accumulate in f32 (f16 wgmma): unlike e4m3 wgmma, whose
+// accumulator keeps ~14 bits on Hopper. Scores from e4m3 SS wgmma against q split exactly
+// into two e4m3 parts timed the same on (128, 1, 16, 2048) and missed the lse bound on
+// hostile rows by 10⁵×: not kept.
 // A producer warpgroup gathers each tile's 64 rows as stored (16-byte cp.async) into a
-// 4-stage ring; two consumer warpgroups take alternate tiles (an even ring: a stage has one
-// consumer), each with its own m, l and Oᵀ, and merge at the end. A skipped key's row is
-// zero-filled (src-size 0) and its score replaced by -inf.
+// 4-stage ring, laid out as wgmma's no-swizzle core matrices (layout.cuh: ldmatrix reads
+// 8 rows × 16 B contiguous, conflict-free); two consumer warpgroups take alternate tiles
+// (an even ring: a stage has one consumer), each with its own m, l and Oᵀ, and merge at the
+// end. A skipped key's row is zero-filled (src-size 0) and its score replaced by -inf.
 //
 // Key order. Warp w's S fragment rows g and g + 8 (g = lane / 4) are ring rows 16w + g and
-// 16w + 8 + (g ^ 4); P′ᵀ's k position 16w + 2g + j is the row of fragment row g + 8j, so a
-// thread stores its two rows' P′ as one f16x2. The XOR keeps Vᵀ's ldmatrix.trans, which
-// reads rows {g, 8 + (g ^ 4)} pairwise, on 8 bank groups. Within a 16-dim k-step of S, the
-// thread's 4 bytes 4t .. 4t+3 of a row are A's k positions {2t, 2t+1, 8+2t, 9+2t}; q's f16
-// copy is written in that order (q_to_f16).
-
+// 16w + 8 + g; P′ᵀ's k position 16w + 2g + j is fragment row g + 8j, so a thread stores
+// its two rows' P′ as one f16x2, and Vᵀ's ldmatrix.trans reads k positions from rows
+// {g, 8 + g} pairwise (the group stride puts them 4 bank groups apart). Within a 16-dim
+// k-step of S, a thread's bytes 4t .. 4t+3 of a row are A's k positions {2t, 2t+1, 8+2t,
+// 9+2t}; q's f16 copy is written in that order (q_to_f16).
 namespace attnjit::mla_decode_sparse::narrow {
 
 template <auto P>
@@ -40,7 +44,10 @@ struct Traits {
   static constexpr int kChunkBytes = kRows * 128;           // q and P′ tiles: [N][128 B], SW128
   static constexpr int kQChunks = kHeadDim * 2 / 128;       // 9: 8 of content, the rope
   static constexpr int kRopeChunk = kQChunks - 1;
-  static constexpr int kStageBytes = kKeys * kFp8RowBytes;
+  static constexpr int kUnits = kFp8RowBytes / 16;          // 16-byte units of a row: 41
+  static constexpr int kGroupStride = kNarrowGroupStride;   // bytes between 8-row groups
+  static constexpr int kStageBytes = kKeys / 8 * kGroupStride;
+  static constexpr int kScaleUnit = kFp8ScaleOffset / 16, kRopeUnit = kFp8RopeOffset / 16;
   static constexpr int kBlocks = kFp8Scales;                // scale blocks: 2 Oᵀ tiles each
   static constexpr int kDimTiles = kValueDim / kWgmmaM;     // Oᵀ tiles of 64 dims
   static constexpr int kConsumers = 2;
@@ -52,7 +59,7 @@ struct Traits {
   static_assert(P.cache_layout == CacheLayout::kFp8, "narrow: fp8 rows");
   static_assert(kRows == 8 || kRows == 16, "narrow: h 8 or 16 (wgmma N)");
   static_assert(P.block_n == kKeys && P.stages == 4, "narrow: 64-key tiles in 4 stages");
-  static_assert(kFp8RowBytes % 32 == 16, "a row is an odd count of 16-byte units");
+  static_assert(kFp8RowBytes % 16 == 0 && kGroupStride % 128 == 64, "rows 8 apart: 4 bank groups apart");
 };
 
 template <auto P>
@@ -61,11 +68,11 @@ struct SharedStorage {
   // q [N][576] bf16 as 9 SW128 chunks (TMA); q_to_f16 rewrites chunks 0..7 as f16.
   alignas(1024) u8 q[T::kQChunks * T::kChunkBytes];
   alignas(1024) u8 p[T::kConsumers][T::kBlocks][T::kChunkBytes];  // P′_bᵀ f16 [N][64 k], SW128
-  alignas(16) u8 ring[T::kStages][T::kStageBytes];                 // rows as stored, 656 B apart
+  alignas(128) u8 ring[T::kStages][T::kStageBytes];                // rows as stored, core matrices
   int valid[T::kStages][T::kKeys];                                 // 1: the row was gathered
   float cq[T::kRows];                                              // 2^e_n
-  float red[T::kConsumers][4][T::kRows];      // per warp: a column max, then l
-  float umax[T::kConsumers][4][T::kBlocks];   // per warp: its rows' largest σ_b
+  alignas(16) float red[T::kConsumers][T::kRows][4];      // per column, per warp: a max, then l
+  alignas(16) float umax[T::kConsumers][T::kBlocks][4];  // per block, per warp: its rows' largest σ_b
   float stats[T::kConsumers][2][T::kRows];    // each consumer's final m and l
   MBarrier q_full;
   MBarrier full[T::kStages];   // 128 cp.async arrivals + 128 arrivals (the valid flags)
@@ -87,8 +94,8 @@ inline constexpr u32 kBoth = 3;
 // This thread's column c (0 .. kCols-1) of an [64 × N] fragment, and the fragment entry's c.
 ATTNJIT_DEVICE int column(int tid, int c) { return 8 * (c / 2) + 2 * (tid % 4) + c % 2; }
 ATTNJIT_HOST_DEVICE constexpr int col_of(int i) { return 2 * (i / 4) + i % 2; }
-// Ring row of warp w's fragment row g (j = 0) or g + 8 (j = 1).
-ATTNJIT_HOST_DEVICE constexpr int ring_row(int w, int g, int j) { return 16 * w + (j ? 8 + (g ^ 4) : g); }
+// Byte offset of 16-byte unit u of ring row r in a stage (layout.cuh's core matrices).
+ATTNJIT_HOST_DEVICE constexpr int ring_place(int r, int u) { return r / 8 * kNarrowGroupStride + 128 * u + 16 * (r % 8); }
 
 ATTNJIT_DEVICE void ldsm_x4(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -109,22 +116,21 @@ ATTNJIT_DEVICE void e4m3x4_to_f16(u32 x, u32& lo, u32& hi) {
 
 // ---- the producer ------------------------------------------------------------------------
 
-// cp.async of units kI, kI + 2, … (< 2·kEnd) of a row: each source offset an immediate.
+// cp.async of units kI, kI + 2, … (< 2·kEnd) of a row: the source offsets immediates.
 template <int kI, int kEnd>
 ATTNJIT_DEVICE void copy_units(u32 dst, const u8* src, u32 bytes) {
   if constexpr (kI < kEnd) {
-    cp_async_16_at<32 * kI>(dst + 32 * kI, src, bytes);
+    cp_async_16_at<32 * kI>(dst + 2 * 128 * kI, src, bytes);
     copy_units<kI + 1, kEnd>(dst, src, bytes);
   }
 }
 
-// Two threads per key row: thread 2k + h copies units h, h + 2, … of the tile's key k (41
-// units: 16 B each); a quarter-warp's stores fall in 8 bank groups. Each tile's indices are
-// loaded a tile ahead.
+// Two threads per key row: thread 2k + h copies units h, h + 2, … of the tile's key k to
+// their core-matrix places (a warp's 32 stores fall in 8 bank groups, 4 each: the
+// minimum). Each tile's indices are loaded a tile ahead.
 template <auto P>
 ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const Args& a, const Work& w) {
   using T = Traits<P>;
-  constexpr int kUnits = kFp8RowBytes / 16;
   const int tid = thread_in_warpgroup(), key = tid / 2, half = tid % 2;
   const int count = w.tile_end - w.tile_begin;
   const int j0 = w.tile_begin * T::kKeys + key;
@@ -137,9 +143,9 @@ ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const Args& a, const Work& w) 
     if (half == 0) s.valid[st][key] = row != nullptr ? 1 : 0;
     const u8* src = (row != nullptr ? row : static_cast<const u8*>(a.main.rows)) + 16 * half;
     const u32 bytes = row != nullptr ? 16u : 0u;  // 0: zero-fill, read nothing
-    const u32 dst = smem_u32(s.ring[st]) + static_cast<u32>(key * kFp8RowBytes + 16 * half);
-    copy_units<0, kUnits / 2>(dst, src, bytes);
-    if (half == 0) cp_async_16_at<16 * (kUnits - 1)>(dst + 16 * (kUnits - 1), src, bytes);
+    const u32 dst = smem_u32(s.ring[st]) + static_cast<u32>(ring_place(key, half));
+    copy_units<0, T::kUnits / 2>(dst, src, bytes);
+    if (half == 0) cp_async_16_at<16 * (T::kUnits - 1)>(dst + 128 * (T::kUnits - 1), src, bytes);
     cp_async_arrive(&s.full[st]);
     mbarrier_arrive(&s.full[st]);  // the valid flag
     idx = next;
@@ -198,7 +204,7 @@ ATTNJIT_DEVICE void issue_block(float (&d)[Traits<P>::kAcc], u32 (&f)[8][4], u32
 #pragma unroll
     for (int kp = 0; kp < 4; ++kp) {
       u32 r[4];
-      ldsm_x4(r, k_addr + 128 * kBlock + 32 * kp);
+      ldsm_x4(r, k_addr + 128 * (8 * kBlock + 2 * kp));  // units 8b + 2kp, + 1
       e4m3x4_to_f16(r[0], f[2 * kp][0], f[2 * kp][2]);
       e4m3x4_to_f16(r[1], f[2 * kp][1], f[2 * kp][3]);
       e4m3x4_to_f16(r[2], f[2 * kp + 1][0], f[2 * kp + 1][2]);
@@ -210,7 +216,7 @@ ATTNJIT_DEVICE void issue_block(float (&d)[Traits<P>::kAcc], u32 (&f)[8][4], u32
       wgmma_rs<DType::kF16, T::kRows>(d, f[ks], QTile<P>::desc(q_addr, 256 * kBlock + 32 * ks), ks > 0);
   } else {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) ldsm_x4(f[kk], k_addr + kFp8RopeOffset + 32 * kk);
+    for (int kk = 0; kk < 4; ++kk) ldsm_x4(f[kk], k_addr + 128 * (T::kRopeUnit + 2 * kk));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
@@ -277,19 +283,22 @@ ATTNJIT_DEVICE void reduce_tile(float (&v)[Traits<P>::kCols], float (&u)[4], Sha
   }
   if (tid % 32 < 4)
 #pragma unroll
-    for (int i = 0; i < T::kCols; ++i) s.red[c][warp][column(tid, i)] = v[i];
+    for (int i = 0; i < T::kCols; ++i) s.red[c][column(tid, i)][warp] = v[i];
   if (tid % 32 == 0)
 #pragma unroll
-    for (int b = 0; b < 4; ++b) s.umax[c][warp][b] = u[b];
+    for (int b = 0; b < 4; ++b) s.umax[c][b][warp] = u[b];
   named_barrier_sync(own_barrier(c), kWarpgroupThreads);
 #pragma unroll
   for (int i = 0; i < T::kCols; ++i) {
     const int n = column(tid, i);
-    v[i] = fmaxf(fmaxf(s.red[c][0][n], s.red[c][1][n]), fmaxf(s.red[c][2][n], s.red[c][3][n]));
+    const float4 r = *reinterpret_cast<const float4*>(s.red[c][n]);
+    v[i] = fmaxf(fmaxf(r.x, r.y), fmaxf(r.z, r.w));
   }
 #pragma unroll
-  for (int b = 0; b < 4; ++b)
-    u[b] = fmaxf(fmaxf(s.umax[c][0][b], s.umax[c][1][b]), fmaxf(s.umax[c][2][b], s.umax[c][3][b]));
+  for (int b = 0; b < 4; ++b) {
+    const float4 r = *reinterpret_cast<const float4*>(s.umax[c][b]);
+    u[b] = fmaxf(fmaxf(r.x, r.y), fmaxf(r.z, r.w));
+  }
 }
 
 // Oᵀ += Vᵀ·P′ᵀ over one stage: per 16-key k-step (warp ks's rows), the 8 dim tiles'
@@ -307,7 +316,7 @@ ATTNJIT_DEVICE void accumulate_pv(float (&o)[Traits<P>::kDimTiles][Traits<P>::kA
 #pragma unroll
     for (int mp = 0; mp < T::kDimTiles / 2; ++mp) {
       u32 r[4];
-      ldsm_x4_trans(r, v_addr + 16 * kFp8RowBytes * ks + 128 * mp);
+      ldsm_x4_trans(r, v_addr + 2 * T::kGroupStride * ks + 8 * 128 * mp);  // rows 16ks.., units 8mp..
 #pragma unroll
       for (int m = 0; m < 4; ++m)  // matrix m: dim tile 2mp + m/2, k positions 8(m%2) ..
         e4m3x4_to_f16(__byte_perm(r[m], 0, 0x3120), f[2 * mp + m / 2][2 * (m % 2)], f[2 * mp + m / 2][2 * (m % 2) + 1]);
@@ -336,10 +345,18 @@ ATTNJIT_DEVICE void accumulate_pv(float (&o)[Traits<P>::kDimTiles][Traits<P>::kA
   }
 }
 
-// The merge's exchange area: the ring, free once both walks are over.
+// The merge's exchange area: q and the P′ tiles (adjacent), free once both walks are over
+// (their last readers, the wgmmas, retired). Not the ring: its bytes came by cp.async, and
+// racecheck then reports the exchange's generic stores against the loads after the
+// barrier, as on mla_decode_fp8's narrow kernel (docs/sanitizers.md).
 template <auto P>
 ATTNJIT_DEVICE float* exchange(SharedStorage<P>& s) {
-  return reinterpret_cast<float*>(&s.ring[0][0]);
+  using T = Traits<P>;
+  // p follows q with no padding: both 1024-aligned, q a multiple of 1024 bytes.
+  static_assert(sizeof(s.q) % 1024 == 0 &&
+                    sizeof(s.q) + sizeof(s.p) >= 2 * 4 * T::kAcc * kWarpgroupThreads * sizeof(float),
+                "q and P′ hold both consumers' handed-over halves");
+  return reinterpret_cast<float*>(&s.q[0]);
 }
 
 // Consumer kHalf hands the other the Oᵀ tiles of the other's half (dims 256·(1 − kHalf) ..).
@@ -449,14 +466,16 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) o[mb][i] = 0.0f;
 
-  // This lane's ldmatrix rows: S (matrix lane/8: fragment rows g / g + 8, +16 bytes for
-  // matrices 2, 3) and Vᵀ (matrix row i of k-step 0 is k position 8(mat%2) + i).
-  const int mat = lane / 8, i8 = lane % 8;
-  const u32 k_lane = static_cast<u32>(ring_row(warp, i8, mat % 2) * kFp8RowBytes + 16 * (mat / 2));
-  const int kpos = 8 * (mat % 2) + i8;
-  const u32 v_lane = static_cast<u32>(ring_row(0, kpos / 2, kpos % 2) * kFp8RowBytes + 64 * (mat / 2) + 16 * warp);
+  // This lane's ldmatrix.trans row for Vᵀ: matrix mat = lane/8 covers k positions
+  // 8(mat%2) .. +8 of a k-step (row i: position 8(mat%2) + i, ring row (pos/2) + 8(pos%2))
+  // and dim tile mat/2 of a pair; the warp's 16 dims are unit `warp` of the tile.
+  const int mat = lane / 8, kpos = 8 * (mat % 2) + lane % 8;
+  // ... and its ldmatrix row for S: matrices 0/1 fragment rows g / g + 8 (ring rows 16w + i,
+  // 16w + 8 + i), 2/3 the next unit.
+  const u32 k_lane = static_cast<u32>(ring_place(16 * warp + 8 * (mat % 2) + lane % 8, mat / 2));
+  const u32 v_lane = static_cast<u32>(ring_place(kpos / 2 + 8 * (kpos % 2), 4 * (mat / 2) + warp));
   const u32 q_addr = smem_u32(s.q), p_addr = smem_u32(s.p[c][0]);
-  const int rows[2] = {ring_row(warp, g, 0), ring_row(warp, g, 1)};
+  const int rows[2] = {16 * warp + g, 16 * warp + 8 + g};  // fragment rows g, g + 8
 
   for (int n = c; n < count; n += T::kConsumers) {
     const int st = n % T::kStages;
@@ -467,7 +486,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       ok[j] = s.valid[st][rows[j]] != 0;
-      const uint4 v = ld_shared_16(stage + static_cast<u32>(rows[j] * kFp8RowBytes + kFp8ScaleOffset));
+      const uint4 v = ld_shared_16(stage + static_cast<u32>(ring_place(rows[j], T::kScaleUnit)));
       sc[j][0] = __uint_as_float(v.x), sc[j][1] = __uint_as_float(v.y);
       sc[j][2] = __uint_as_float(v.z), sc[j][3] = __uint_as_float(v.w);
     }
@@ -505,9 +524,10 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const float unit = u[b] > 0.0f ? u[b] : units[b];
-      ratio[b] = units[b] / unit;
+      const float inv = __frcp_rn(unit);  // one rounding more than a division, no slow path
+      ratio[b] = units[b] * inv;
       units[b] = unit;
-      const float f0 = sc[0][b] / unit, f1 = sc[1][b] / unit;
+      const float f0 = sc[0][b] * inv, f1 = sc[1][b] * inv;
 #pragma unroll
       for (int i = 0; i < T::kCols; ++i) {
         const int i0 = 4 * (i / 2) + i % 2;
@@ -535,13 +555,14 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 4);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 8);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 16);
-    if (lane < 4) s.red[c][warp][column(tid, i)] = l[i];
+    if (lane < 4) s.red[c][column(tid, i)][warp] = l[i];
   }
   named_barrier_sync(own_barrier(c), kWarpgroupThreads);
 #pragma unroll
   for (int i = 0; i < T::kCols; ++i) {
     const int n = column(tid, i);
-    l[i] = (s.red[c][0][n] + s.red[c][1][n]) + (s.red[c][2][n] + s.red[c][3][n]);
+    const float4 r = *reinterpret_cast<const float4*>(s.red[c][n]);
+    l[i] = (r.x + r.y) + (r.z + r.w);
     if (tid < 4) {
       s.stats[c][0][n] = m[i];
       s.stats[c][1][n] = l[i];

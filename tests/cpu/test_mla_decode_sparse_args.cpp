@@ -90,9 +90,11 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "two_consumers");
   bad.block_n = 48;
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "'block_n'");
-  // two_consumers: a 64-key S per consumer (so stages 4 too); the default of both layouts.
+  // two_consumers: a 64-key S per consumer (so stages 4 too); the default of both layouts
+  // but fp8 at h 8 and 16 (narrow).
   for (MlaSparseLayout l : {MlaSparseLayout::kBF16, MlaSparseLayout::kFp8})
-    for (int h : {8, 64, 128}) {
+    for (int h : {8, 32, 64, 128}) {
+      if (l == MlaSparseLayout::kFp8 && h == 8) continue;
       MlaDecodeSparseConfig two = mla_decode_sparse_default_config(l, h);
       CHECK(two.schedule == MlaSparseSchedule::kTwoConsumers);
       CHECK(two.block_n == 64);
@@ -104,6 +106,23 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
       two.stages = 3;
       REQUIRE_ERROR(two.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "stages 4");
     }
+  // narrow: fp8 rows, h 8 or 16, block_n 64, stages 4; the fp8 default at h 8 and 16.
+  for (int h : {8, 16}) {
+    MlaDecodeSparseConfig n = mla_decode_sparse_default_config(MlaSparseLayout::kFp8, h);
+    CHECK(n.schedule == MlaSparseSchedule::kNarrow);
+    REQUIRE_NOTHROW(n.validate());
+    CHECK(MlaDecodeSparseConfig::from_json(n.to_json()) == n);
+    CHECK(n.describe().find("narrow") != std::string::npos);
+  }
+  MlaDecodeSparseConfig n = mla_decode_sparse_default_config(MlaSparseLayout::kFp8, 16);
+  n.num_heads = 32;  // N = 32: its smem (q, P′ and 4 stages) does not fit
+  REQUIRE_ERROR(n.validate(), ErrorKind::kUnsupportedConfig, "'schedule'", "num_heads 8 or 16");
+  n.num_heads = 16;
+  n.cache_layout = MlaSparseLayout::kBF16;
+  REQUIRE_ERROR(n.validate(), ErrorKind::kUnsupportedConfig, "'schedule'", "fp8 rows");
+  n.cache_layout = MlaSparseLayout::kFp8;
+  n.stages = 2;  // block_n 64's own rule speaks first
+  REQUIRE_ERROR(n.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "stages 4");
   REQUIRE_ERROR(MlaDecodeSparseConfig::from_json(R"({"cache_layout":"fp16"})"),
                 ErrorKind::kUnsupportedConfig, "cache_layout");
   const ops::OpSpec& op = ops::find_op("mla_decode_sparse");
@@ -115,8 +134,12 @@ TEST_CASE("mla_decode_sparse splits the top-k only to fill the SMs", "[mla_decod
   s.batch = 128, s.q_len = 2, s.num_heads = 128, s.topk = 2048;
   CHECK(mla_decode_sparse_splits(s, 132) == 1);  // 512 CTAs: no split
   s.batch = 64, s.q_len = 1, s.num_heads = 8;
-  CHECK(mla_decode_sparse_splits(s, 132) == 3);  // 64 CTAs: 3 runs of the 32 tiles
-  s.batch = 1, s.topk = 300;
+  CHECK(mla_decode_sparse_splits(s, 132) == 2);  // 64 CTAs: one wave of 128, runs of 16 tiles
+  s.batch = 128;
+  CHECK(mla_decode_sparse_splits(s, 132) == 1);  // 128 CTAs: one wave (two of 16 tiles tie)
+  s.batch = 1;
+  CHECK(mla_decode_sparse_splits(s, 132) == 8);  // 1 CTA: runs of 4 tiles, the shortest
+  s.topk = 300;
   CHECK(mla_decode_sparse_splits(s, 132) == 1);  // 5 tiles: runs would be under 4 tiles
   s.num_splits = 7;
   CHECK(mla_decode_sparse_splits(s, 132) == 7);  // forced
@@ -156,8 +179,8 @@ TEST_CASE("mla_decode_sparse rejects bad arguments before launching", "[mla_deco
     REQUIRE_REFUSED(call(with(&A::kv_cache, view(1, bf16, {PAGES, PAGE, 656}))), bad, "kv_cache",
                     "dtype u8 or e4m3");
     REQUIRE_REFUSED(call(with(&A::kv_cache, view(1, u8, {PAGES * PAGE * 656}))), bad, "kv_cache", "656");
-    MlaDecodeSparseConfig bf = cfg;  // a bf16 config wants 576 bf16 rows
-    bf.cache_layout = MlaSparseLayout::kBF16;
+    // a bf16 config wants 576 bf16 rows
+    const MlaDecodeSparseConfig bf = mla_decode_sparse_default_config(MlaSparseLayout::kBF16, H);
     REQUIRE_REFUSED(call(valid_args(), &bf), bad, "kv_cache", "576");
     REQUIRE_REFUSED(call(with(&A::extra_kv_cache, view(5, u8, {128, 576}))), bad, "extra_kv_cache", "656");
   }

@@ -88,7 +88,8 @@ TEST_CASE("mla_decode_sparse's softmax_wg schedule matches float64", "[gpu][mla_
 TEST_CASE("mla_decode_sparse's narrow schedule matches float64", "[gpu][mla_decode_sparse]") {
   if (!test::gpu_or_skip()) return;
   // fp8 rows at h 8 and 16 with the keys on wgmma's M (narrow.cuh): A operands built in
-  // registers from the rows as stored, P′ per scale block, split runs of 64-key tiles.
+  // registers from the rows as stored, P′ per scale block, split runs of 64-key tiles. The
+  // default there, named here so the case stays if the default moves.
   const json narrow = {{"schedule", "narrow"}, {"block_n", 64}, {"stages", 4}};
   const auto run = [&](json extra) {
     extra["layout"] = "fp8";
@@ -109,13 +110,23 @@ TEST_CASE("mla_decode_sparse's narrow schedule matches float64", "[gpu][mla_deco
   run({{"topk", 63}, {"splits", 2}});
 }
 
+TEST_CASE("mla_decode_sparse's two_consumers schedule matches float64 on fp8 at h <= 16",
+          "[gpu][mla_decode_sparse]") {
+  if (!test::gpu_or_skip()) return;
+  // fp8 at h 8 and 16 defaults to narrow; two_consumers stays selectable there.
+  const json two = {{"schedule", "two_consumers"}, {"block_n", 64}, {"stages", 4}};
+  for (int h : {8, 16}) run_and_judge(hostile({{"layout", "fp8"}, {"h", h}}), &two);
+  run_and_judge(hostile({{"layout", "fp8"}, {"sink", "finite"}, {"splits", 3}, {"topk_extra", 70}}), &two);
+  run_and_judge(hostile({{"layout", "fp8"}, {"lens", "token"}, {"q_len", 2}}), &two);
+}
+
 TEST_CASE("mla_decode_sparse replays from a CUDA graph with new indices",
           "[gpu][mla_decode_sparse][graph]") {
   if (!test::gpu_or_skip()) return;
   const driver::Api& api = driver::api();
-  for (int splits : {1, 3}) {
+  for (auto [h, splits] : {std::pair{64, 1}, {64, 3}, {16, 2}}) {  // h 16: fp8's narrow kernel
     const auto p = harness::find_problem("mla_decode_sparse")
-                       .make(hostile({{"h", 64}, {"q_len", 2}, {"sink", "finite"}, {"splits", splits},
+                       .make(hostile({{"h", h}, {"q_len", 2}, {"sink", "finite"}, {"splits", splits},
                                       {"topk_extra", 40}}),
                              test::rng()(), 0);
     auto* hooks = dynamic_cast<harness::MlaSparseHooks*>(p.get());
