@@ -9,14 +9,16 @@
 // across tokens; h < 64 leaves the tile's other rows idle (their output is discarded).
 // mla_prefill_sparse runs this kernel with every token a one-token sequence.
 //
-// Three warpgroups, in one of two schedules (config `schedule`), each in its own file:
-//   two_consumers (two_consumers.cuh, the default on both layouts): a producer gathers
-//        (and on fp8 rows widens the lo halves), two consumers each compute S over 64 of
-//        a step's 128 keys and P·V for half the columns.
+// Three warpgroups, in one of three schedules (config `schedule`), each in its own file:
+//   two_consumers (two_consumers.cuh, the default on both layouts but fp8 at h ≤ 16): a
+//        producer gathers (and on fp8 rows widens the lo halves), two consumers each
+//        compute S over 64 of a step's 128 keys and P·V for half the columns.
 //   softmax_wg (softmax_wg.cuh, opt-in): mla_decode's softmax-warpgroup structure, the
 //        two P·V warpgroups gathering.
-// This file holds what both share: the shared-memory plan, the CTA's work, key rows, the
-// fp8 widening of 16 values, the output, and the kernel.
+//   narrow (narrow.cuh, fp8 at h 8 and 16, its own kernel entry and shared memory): the
+//        keys on wgmma's M, the heads on N.
+// This file holds what the first two share (the shared-memory plan, key rows, the fp8
+// widening of 16 values, the output, the kernel) and the CTA's work, which all three read.
 //
 // Safety: an index outside [0, rows) is never dereferenced — its K/V row is zero-filled and
 // its score replaced by -inf, so NaN in unreferenced rows cannot reach the output. A row
