@@ -24,6 +24,23 @@ ATTNJIT_DEVICE float rescale_factor(float m_old, float m_new) {
   return m_new == neg_inf() ? 1.0f : exp2_ftz(m_old - m_new);
 }
 
+// Two online-softmax states of the same row (running max m in log2 units, sum l) merged:
+// the factors that bring each to the common max, and the merged m and l. A state that saw
+// no key has m = -inf and l = 0; two such merge to m = -inf, l = 0.
+struct SoftmaxMerge {
+  float self, other;  // this state's factor, the other's
+  float m, l;
+};
+ATTNJIT_DEVICE SoftmaxMerge merge_softmax(float m, float l, float m_other, float l_other) {
+  SoftmaxMerge r;
+  r.m = fmaxf(m, m_other);
+  const float m_use = r.m == neg_inf() ? 0.0f : r.m;
+  r.self = exp2f(m - m_use);
+  r.other = exp2f(m_other - m_use);
+  r.l = r.self * l + r.other * l_other;
+  return r;
+}
+
 // 2^x on the FMA pipe instead of the MUFU, for softmax loops whose exponentials outrun the
 // MUFU's 16 per clock per SM (FA4 moves a share of them the same way): x = j + f with
 // j = round(x) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (relative error 7.5e-5,

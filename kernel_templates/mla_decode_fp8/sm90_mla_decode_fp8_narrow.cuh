@@ -277,12 +277,8 @@ ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const md::Tile& t
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
     const int n = column(tid, c);
-    const float m_o = s.stats[1 - kHalf][0][n], l_o = s.stats[1 - kHalf][1][n];
-    m_all[c] = fmaxf(m[c], m_o);
-    const float m_use = m_all[c] == neg_inf() ? 0.0f : m_all[c];
-    a_me[c] = exp2f(m[c] - m_use);
-    a_other[c] = exp2f(m_o - m_use);
-    l_all[c] = a_me[c] * l[c] + a_other[c] * l_o;
+    const SoftmaxMerge mg = merge_softmax(m[c], l[c], s.stats[1 - kHalf][0][n], s.stats[1 - kHalf][1][n]);
+    a_me[c] = mg.self, a_other[c] = mg.other, m_all[c] = mg.m, l_all[c] = mg.l;
   }
 #pragma unroll
   for (int b = 0; b < 4; ++b)

@@ -387,12 +387,8 @@ ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const Work& w, co
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
     const int n = column(tid, c);
-    const float m_o = s.stats[1 - kHalf][0][n], l_o = s.stats[1 - kHalf][1][n];
-    m_all[c] = fmaxf(m[c], m_o);
-    const float m_use = m_all[c] == neg_inf() ? 0.0f : m_all[c];
-    a_me[c] = exp2f(m[c] - m_use);
-    a_other[c] = exp2f(m_o - m_use);
-    l_all[c] = a_me[c] * l[c] + a_other[c] * l_o;
+    const SoftmaxMerge mg = merge_softmax(m[c], l[c], s.stats[1 - kHalf][0][n], s.stats[1 - kHalf][1][n]);
+    a_me[c] = mg.self, a_other[c] = mg.other, m_all[c] = mg.m, l_all[c] = mg.l;
   }
 #pragma unroll
   for (int b = 0; b < 4; ++b)
@@ -406,34 +402,27 @@ ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const Work& w, co
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
     const int head = column(tid, c);
-    const bool empty = !(l_all[c] > 0.0f);
-    const float lse = empty ? neg_inf() : (m_all[c] + __log2f(l_all[c])) * kLn2;
-    const int prow = w.q_idx * P.num_heads + head;  // packed row, as mla_decode's partials
-    const int i0 = 4 * (c / 2) + c % 2;             // column c's accumulators: rows g, g + 8
+    const int i0 = 4 * (c / 2) + c % 2;  // column c's accumulators: rows g, g + 8
     const u32 dim0 = static_cast<u32>(16 * warp + 2 * g);
+    const bool stats = kHalf == 0 && warp == 0 && g == 0;  // one thread per column
     if (w.slot < 0) {
-      const float sink = a.sink != nullptr ? a.sink[head] * kLog2e : neg_inf();
-      const float denom = l_all[c] + (empty || sink == neg_inf() ? 0.0f : exp2f(sink - m_all[c]));
-      const float inv = empty ? 0.0f : 1.0f / denom;
+      const float inv = unsplit_inv(a, head, m_all[c], l_all[c]);
       u32* out = reinterpret_cast<u32*>(static_cast<u16*>(a.out) +
-                                        (static_cast<u64>(seq.start) * P.num_heads + prow) * kValueDim + dim0);
+                                        ((static_cast<u64>(seq.start) + w.q_idx) * P.num_heads + head) * kValueDim +
+                                        dim0);
 #pragma unroll
       for (int b = 0; b < 4; ++b)
         out[32 * (kMine + b)] = pack2<DType::kBF16>(o[kMine + b][i0] * inv, o[kMine + b][i0 + 2] * inv);
-      if (kHalf == 0 && warp == 0 && g == 0) {
-        const i64 at = lse_index(a.q, w.batch, seq, P.num_heads, head, w.q_idx);
-        if (a.lse != nullptr) a.lse[at] = lse;
-        if (a.max_logit != nullptr) a.max_logit[at] = empty ? neg_inf() : m_all[c] * kLn2;
-      }
+      if (stats) store_row_stats(a, w, seq, P.num_heads, head, m_all[c], l_all[c]);
     } else {
-      const float inv = empty ? 0.0f : 1.0f / l_all[c];
-      const u64 part = static_cast<u64>(w.slot) * static_cast<u32>(a.q.q_len * P.num_heads) + prow;
+      const float inv = l_all[c] > 0.0f ? 1.0f / l_all[c] : 0.0f;
+      const u64 part = partial_row(a, w, P.num_heads, head);
       float* out = a.part_out + part * kValueDim + dim0;
 #pragma unroll
       for (int b = 0; b < 4; ++b)
         *reinterpret_cast<float2*>(out + 64 * (kMine + b)) =
             make_float2(o[kMine + b][i0] * inv, o[kMine + b][i0 + 2] * inv);
-      if (kHalf == 0 && warp == 0 && g == 0) a.part_lse[part] = lse;
+      if (stats) a.part_lse[part] = row_lse(m_all[c], l_all[c]);
     }
   }
 }

@@ -298,6 +298,28 @@ ATTNJIT_DEVICE void widen16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
+// A row's output statistics, for both output paths (write_output, narrow's finish). m: the
+// row's max (log2 units, scaled), l: its sum; l = 0: the row saw no key.
+ATTNJIT_DEVICE float row_lse(float m, float l) { return l > 0.0f ? (m + __log2f(l)) * kLn2 : neg_inf(); }
+// Unsplit: the output's factor, 1 / (l + the sink's term); 0 for a row with no key.
+ATTNJIT_DEVICE float unsplit_inv(const Args& a, int head, float m, float l) {
+  const bool empty = !(l > 0.0f);
+  const float sink = a.sink != nullptr ? a.sink[head] * kLog2e : neg_inf();
+  const float denom = l + (empty || sink == neg_inf() ? 0.0f : exp2f(sink - m));
+  return empty ? 0.0f : 1.0f / denom;
+}
+// Unsplit: lse (without the sink, DESIGN.md) and max logit of (token, head), once per row.
+ATTNJIT_DEVICE void store_row_stats(const Args& a, const Work& w, const Seq& seq, int num_heads, int head, float m,
+                                    float l) {
+  const i64 at = lse_index(a.q, w.batch, seq, num_heads, head, w.q_idx);
+  if (a.lse != nullptr) a.lse[at] = row_lse(m, l);
+  if (a.max_logit != nullptr) a.max_logit[at] = l > 0.0f ? m * kLn2 : neg_inf();
+}
+// Split: the partial's row, slot · (q_len·h) + the packed row q_idx·h + head.
+ATTNJIT_DEVICE u64 partial_row(const Args& a, const Work& w, int num_heads, int head) {
+  return static_cast<u64>(w.slot) * static_cast<u32>(a.q.q_len * num_heads) + (w.q_idx * num_heads + head);
+}
+
 struct RowState {
   float m[2];  // running max (log2 units, scaled)
   float l[2];  // running sum of exp2 (this thread's columns; reduced at the end)
@@ -319,31 +341,23 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
   for (int r = 0; r < 2; ++r) {
     const int head = w.row0 + wgmma_acc_coord(tid, 2 * r).row;
     if (head >= P.num_heads) continue;  // a row of the next token's (h < 64), discarded
-    const bool empty = !(l[r] > 0.0f);
-    const float lse = empty ? neg_inf() : (m[r] + __log2f(l[r])) * kLn2;
     const int prow = w.q_idx * P.num_heads + head;  // packed row, as mla_decode's partials
     if (w.slot < 0) {
-      const float sink = a.sink != nullptr ? a.sink[head] * kLog2e : neg_inf();
-      const float denom = l[r] + (empty || sink == neg_inf() ? 0.0f : exp2f(sink - m[r]));
-      const float inv = empty ? 0.0f : 1.0f / denom;
+      const float inv = unsplit_inv(a, head, m[r], l[r]);
       u32* out = reinterpret_cast<u32*>(static_cast<u16*>(a.out) +
                                         ((static_cast<u64>(seq.start) * P.num_heads + prow) * kValueDim +
                                          static_cast<u32>(col0)));
 #pragma unroll
       for (int i = 2 * r; i < kHalfCols / 2; i += 4)
         out[4 * (i / 4)] = pack2<DType::kBF16>(o[i] * inv, o[i + 1] * inv);
-      if (half == 0 && tid % 4 == 0) {
-        const i64 at = lse_index(a.q, w.batch, seq, P.num_heads, head, w.q_idx);
-        if (a.lse != nullptr) a.lse[at] = lse;
-        if (a.max_logit != nullptr) a.max_logit[at] = empty ? neg_inf() : m[r] * kLn2;
-      }
+      if (half == 0 && tid % 4 == 0) store_row_stats(a, w, seq, P.num_heads, head, m[r], l[r]);
     } else {
-      const float inv = empty ? 0.0f : 1.0f / l[r];
-      const u64 part = static_cast<u64>(w.slot) * static_cast<u32>(a.q.q_len * P.num_heads) + prow;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      const u64 part = partial_row(a, w, P.num_heads, head);
       float2* out = reinterpret_cast<float2*>(a.part_out + part * kValueDim + static_cast<u32>(col0));
 #pragma unroll
       for (int i = 2 * r; i < kHalfCols / 2; i += 4) out[4 * (i / 4)] = make_float2(o[i] * inv, o[i + 1] * inv);
-      if (half == 0 && tid % 4 == 0) a.part_lse[part] = lse;
+      if (half == 0 && tid % 4 == 0) a.part_lse[part] = row_lse(m[r], l[r]);
     }
   }
 }
