@@ -59,6 +59,16 @@ ATTNJIT_DEVICE void tma_load_5d(const TmaDesc& desc, MBarrier* bar, void* smem_d
       : "memory");
 }
 
+// A plain (1-D) bulk copy of `bytes` contiguous bytes, no tensor map: src, smem_dst and
+// bytes multiples of 16. What a gather of whole rows issues per row (one instruction, the
+// TMA engine's rate, not the LSU's).
+ATTNJIT_DEVICE void bulk_load(MBarrier* bar, void* smem_dst, const void* src, u32 bytes) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(smem_dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+
 // Multicast: the box lands at the same smem offset in every CTA of `cta_mask` (bit i =
 // cluster rank i), each completing on its own barrier at `bar`'s offset.
 ATTNJIT_DEVICE void tma_load_2d_multicast(const TmaDesc& desc, MBarrier* bar, void* smem_dst,

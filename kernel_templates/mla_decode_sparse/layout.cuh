@@ -114,10 +114,11 @@ ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages, bool two_con
 // validity, the column exchange (cq, red, umax, stats) and the mbarriers; rounded as
 // smem_bytes.
 inline constexpr int kNarrowKeys = 64;  // keys per tile: wgmma's M
-// The ring holds rows as wgmma's no-swizzle core matrices: 16-byte unit u of row r at
-// (r/8)·kNarrowGroupStride + 128·u + 16·(r%8). The 64 bytes past a group's 41 units put
-// rows 8 apart 4 bank groups apart (ldmatrix.trans reads such pairs).
-inline constexpr int kNarrowGroupStride = kFp8RowBytes / 16 * 128 + 64;
+// The ring holds rows as stored (one bulk copy each): 16-byte unit u of row r at
+// (r/8)·kNarrowGroupStride + (r%8)·656 + 16·u. 656 ≡ 16 (mod 128) puts 8 consecutive rows'
+// units in 8 bank groups (ldmatrix); the 64 bytes after each 8 rows put rows 8 apart 4
+// bank groups apart (ldmatrix.trans reads such pairs).
+inline constexpr int kNarrowGroupStride = 8 * kFp8RowBytes + 64;
 ATTNJIT_PLAN unsigned narrow_smem_bytes(int num_heads, int stages) {
   const int chunk = num_heads * 128;
   const int q = 9 * chunk, p = 2 * 4 * chunk;

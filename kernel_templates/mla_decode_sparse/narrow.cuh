@@ -20,11 +20,14 @@
 // accumulator keeps ~14 bits on Hopper. Scores from e4m3 SS wgmma against q split exactly
 // into two e4m3 parts timed the same on (128, 1, 16, 2048) and missed the lse bound on
 // hostile rows by 10⁵×: not kept.
-// A producer warpgroup gathers each tile's 64 rows as stored (16-byte cp.async) into a
-// 4-stage ring, laid out as wgmma's no-swizzle core matrices (layout.cuh: ldmatrix reads
-// 8 rows × 16 B contiguous, conflict-free); two consumer warpgroups take alternate tiles
-// (an even ring: a stage has one consumer), each with its own m, l and Oᵀ, and merge at the
-// end. A skipped key's row is zero-filled (src-size 0) and its score replaced by -inf.
+// A producer warpgroup gathers each tile's 64 rows as stored, one bulk copy per row (the
+// TMA engine), into a 4-stage ring of rows 656 B apart with 64 B more after each 8
+// (layout.cuh: ldmatrix's 8 rows × 16 B fall in 8 bank groups). Gathering by 16-byte
+// cp.async instead capped the kernel: alone, with the consumers idle, it moved (128, 1, 16,
+// 2048) in 102 µs (57 % of copy), bulk copies in 79 µs. Two consumer warpgroups take
+// alternate tiles (an even ring: a stage has one consumer), each with its own m, l and Oᵀ,
+// and merge at the end. A skipped key's content and scales are zero-filled by the
+// producer and its score replaced by -inf.
 //
 // Key order. Warp w's S fragment rows g and g + 8 (g = lane / 4) are ring rows 16w + g and
 // 16w + 8 + g; P′ᵀ's k position 16w + 2g + j is fragment row g + 8j, so a thread stores
@@ -44,7 +47,7 @@ struct Traits {
   static constexpr int kChunkBytes = kRows * 128;           // q and P′ tiles: [N][128 B], SW128
   static constexpr int kQChunks = kHeadDim * 2 / 128;       // 9: 8 of content, the rope
   static constexpr int kRopeChunk = kQChunks - 1;
-  static constexpr int kUnits = kFp8RowBytes / 16;          // 16-byte units of a row: 41
+  static constexpr int kUnit = 16;                          // bytes of a row's unit (ldmatrix's row)
   static constexpr int kGroupStride = kNarrowGroupStride;   // bytes between 8-row groups
   static constexpr int kStageBytes = kKeys / 8 * kGroupStride;
   static constexpr int kScaleUnit = kFp8ScaleOffset / 16, kRopeUnit = kFp8RopeOffset / 16;
@@ -59,7 +62,8 @@ struct Traits {
   static_assert(P.cache_layout == CacheLayout::kFp8, "narrow: fp8 rows");
   static_assert(kRows == 8 || kRows == 16, "narrow: h 8 or 16 (wgmma N)");
   static_assert(P.block_n == kKeys && P.stages == 4, "narrow: 64-key tiles in 4 stages");
-  static_assert(kFp8RowBytes % 16 == 0 && kGroupStride % 128 == 64, "rows 8 apart: 4 bank groups apart");
+  static_assert(kFp8RowBytes % 128 == 16 && kGroupStride % 128 == 64,
+                "rows 1 apart: 1 bank group apart; rows 8 apart: 4 (ldmatrix.trans reads such pairs)");
 };
 
 template <auto P>
@@ -68,14 +72,14 @@ struct SharedStorage {
   // q [N][576] bf16 as 9 SW128 chunks (TMA); q_to_f16 rewrites chunks 0..7 as f16.
   alignas(1024) u8 q[T::kQChunks * T::kChunkBytes];
   alignas(1024) u8 p[T::kConsumers][T::kBlocks][T::kChunkBytes];  // P′_bᵀ f16 [N][64 k], SW128
-  alignas(128) u8 ring[T::kStages][T::kStageBytes];                // rows as stored, core matrices
+  alignas(128) u8 ring[T::kStages][T::kStageBytes];                // rows as stored (ring_place)
   int valid[T::kStages][T::kKeys];                                 // 1: the row was gathered
   float cq[T::kRows];                                              // 2^e_n
   alignas(16) float red[T::kConsumers][T::kRows][4];      // per column, per warp: a max, then l
   alignas(16) float umax[T::kConsumers][T::kBlocks][4];  // per block, per warp: its rows' largest σ_b
   float stats[T::kConsumers][2][T::kRows];    // each consumer's final m and l
   MBarrier q_full;
-  MBarrier full[T::kStages];   // 128 cp.async arrivals + 128 arrivals (the valid flags)
+  MBarrier full[T::kStages];   // 128 arrivals (the valid flags) + the rows' bytes
   MBarrier empty[T::kStages];  // the stage's consumer: one arrival per warp
 };
 
@@ -94,8 +98,10 @@ inline constexpr u32 kBoth = 3;
 // This thread's column c (0 .. kCols-1) of an [64 × N] fragment, and the fragment entry's c.
 ATTNJIT_DEVICE int column(int tid, int c) { return 8 * (c / 2) + 2 * (tid % 4) + c % 2; }
 ATTNJIT_HOST_DEVICE constexpr int col_of(int i) { return 2 * (i / 4) + i % 2; }
-// Byte offset of 16-byte unit u of ring row r in a stage (layout.cuh's core matrices).
-ATTNJIT_HOST_DEVICE constexpr int ring_place(int r, int u) { return r / 8 * kNarrowGroupStride + 128 * u + 16 * (r % 8); }
+// Byte offset of 16-byte unit u of ring row r in a stage (layout.cuh).
+ATTNJIT_HOST_DEVICE constexpr int ring_place(int r, int u) {
+  return r / 8 * kNarrowGroupStride + r % 8 * kFp8RowBytes + 16 * u;
+}
 
 ATTNJIT_DEVICE void ldsm_x4(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -116,18 +122,11 @@ ATTNJIT_DEVICE void e4m3x4_to_f16(u32 x, u32& lo, u32& hi) {
 
 // ---- the producer ------------------------------------------------------------------------
 
-// cp.async of units kI, kI + 2, … (< 2·kEnd) of a row: the source offsets immediates.
-template <int kI, int kEnd>
-ATTNJIT_DEVICE void copy_units(u32 dst, const u8* src, u32 bytes) {
-  if constexpr (kI < kEnd) {
-    cp_async_16_at<32 * kI>(dst + 2 * 128 * kI, src, bytes);
-    copy_units<kI + 1, kEnd>(dst, src, bytes);
-  }
-}
-
-// Two threads per key row: thread 2k + h copies units h, h + 2, … of the tile's key k to
-// their core-matrix places (a warp's 32 stores fall in 8 bank groups, 4 each: the
-// minimum). Each tile's indices are loaded a tile ahead.
+// Two threads per key row: thread 2k issues the bulk copy of the tile's key k (announcing
+// its bytes on the stage's barrier), thread 2k + 1 only arrives. A skipped key's content
+// and scales are zeroed instead, by both: its score and P′ are selected away, but a stale
+// NaN there would still reach Oᵀ through Vᵀ·P′ (0 · NaN). Indices are loaded two tiles
+// ahead: one tile's issue is short beside a load's latency under a full memory system.
 template <auto P>
 ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const Args& a, const Work& w) {
   using T = Traits<P>;
@@ -135,20 +134,27 @@ ATTNJIT_DEVICE void producer(SharedStorage<P>& s, const Args& a, const Work& w) 
   const int count = w.tile_end - w.tile_begin;
   const int j0 = w.tile_begin * T::kKeys + key;
   int idx = count > 0 ? key_index<P>(a, w, j0) : -1;
+  int idx_next = count > 1 ? key_index<P>(a, w, j0 + T::kKeys) : -1;
   for (int n = 0; n < count; ++n) {
     const int st = n % T::kStages, j = j0 + n * T::kKeys;
-    const int next = n + 1 < count ? key_index<P>(a, w, j + T::kKeys) : -1;
+    const int later = n + 2 < count ? key_index<P>(a, w, j + 2 * T::kKeys) : -1;
     if (n >= T::kStages) mbarrier_wait(&s.empty[st], static_cast<u32>(n / T::kStages - 1) & 1u);
     const u8* row = gathered_row<true>(a, w, j, idx);
+    u8* dst = s.ring[st] + ring_place(key, 0);
     if (half == 0) s.valid[st][key] = row != nullptr ? 1 : 0;
-    const u8* src = (row != nullptr ? row : static_cast<const u8*>(a.main.rows)) + 16 * half;
-    const u32 bytes = row != nullptr ? 16u : 0u;  // 0: zero-fill, read nothing
-    const u32 dst = smem_u32(s.ring[st]) + static_cast<u32>(ring_place(key, half));
-    copy_units<0, T::kUnits / 2>(dst, src, bytes);
-    if (half == 0) cp_async_16_at<16 * (T::kUnits - 1)>(dst + 128 * (T::kUnits - 1), src, bytes);
-    cp_async_arrive(&s.full[st]);
-    mbarrier_arrive(&s.full[st]);  // the valid flag
-    idx = next;
+    if (row == nullptr) {
+#pragma unroll
+      for (int u = half; u <= T::kScaleUnit; u += 2) st_shared_zero16(smem_u32(dst + T::kUnit * u));
+      fence_proxy_async_smem();  // ordered before a later tile's bulk copy into these bytes
+      mbarrier_arrive(&s.full[st]);
+    } else if (half == 0) {
+      mbarrier_arrive_expect_tx(&s.full[st], kFp8RowBytes);
+      bulk_load(&s.full[st], dst, row, kFp8RowBytes);
+    } else {
+      mbarrier_arrive(&s.full[st]);
+    }
+    idx = idx_next;
+    idx_next = later;
   }
 }
 
@@ -204,7 +210,7 @@ ATTNJIT_DEVICE void issue_block(float (&d)[Traits<P>::kAcc], u32 (&f)[8][4], u32
 #pragma unroll
     for (int kp = 0; kp < 4; ++kp) {
       u32 r[4];
-      ldsm_x4(r, k_addr + 128 * (8 * kBlock + 2 * kp));  // units 8b + 2kp, + 1
+      ldsm_x4(r, k_addr + T::kUnit * (8 * kBlock + 2 * kp));  // units 8b + 2kp, + 1
       e4m3x4_to_f16(r[0], f[2 * kp][0], f[2 * kp][2]);
       e4m3x4_to_f16(r[1], f[2 * kp][1], f[2 * kp][3]);
       e4m3x4_to_f16(r[2], f[2 * kp + 1][0], f[2 * kp + 1][2]);
@@ -216,7 +222,7 @@ ATTNJIT_DEVICE void issue_block(float (&d)[Traits<P>::kAcc], u32 (&f)[8][4], u32
       wgmma_rs<DType::kF16, T::kRows>(d, f[ks], QTile<P>::desc(q_addr, 256 * kBlock + 32 * ks), ks > 0);
   } else {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) ldsm_x4(f[kk], k_addr + 128 * (T::kRopeUnit + 2 * kk));
+    for (int kk = 0; kk < 4; ++kk) ldsm_x4(f[kk], k_addr + T::kUnit * (T::kRopeUnit + 2 * kk));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
@@ -316,7 +322,7 @@ ATTNJIT_DEVICE void accumulate_pv(float (&o)[Traits<P>::kDimTiles][Traits<P>::kA
 #pragma unroll
     for (int mp = 0; mp < T::kDimTiles / 2; ++mp) {
       u32 r[4];
-      ldsm_x4_trans(r, v_addr + 2 * T::kGroupStride * ks + 8 * 128 * mp);  // rows 16ks.., units 8mp..
+      ldsm_x4_trans(r, v_addr + 2 * T::kGroupStride * ks + 8 * T::kUnit * mp);  // rows 16ks.., units 8mp..
 #pragma unroll
       for (int m = 0; m < 4; ++m)  // matrix m: dim tile 2mp + m/2, k positions 8(m%2) ..
         e4m3x4_to_f16(__byte_perm(r[m], 0, 0x3120), f[2 * mp + m / 2][2 * (m % 2)], f[2 * mp + m / 2][2 * (m % 2) + 1]);
@@ -596,7 +602,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     prefetch_tma_desc(q_map);
     mbarrier_init(&s.q_full, 1);
     for (int i = 0; i < T::kStages; ++i) {
-      mbarrier_init(&s.full[i], 2 * kWarpgroupThreads);
+      mbarrier_init(&s.full[i], kWarpgroupThreads);
       mbarrier_init(&s.empty[i], 4);
     }
     fence_mbarrier_init();
