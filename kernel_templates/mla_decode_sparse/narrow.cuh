@@ -351,87 +351,11 @@ ATTNJIT_DEVICE void accumulate_pv(float (&o)[Traits<P>::kDimTiles][Traits<P>::kA
   }
 }
 
-// The merge's exchange area: q and the P′ tiles (adjacent), free once both walks are over
-// (their last readers, the wgmmas, retired). Not the ring: its bytes came by cp.async, and
-// racecheck then reports the exchange's generic stores against the loads after the
-// barrier, as on mla_decode_fp8's narrow kernel (docs/sanitizers.md).
-template <auto P>
-ATTNJIT_DEVICE float* exchange(SharedStorage<P>& s) {
-  using T = Traits<P>;
-  // p follows q with no padding: both 1024-aligned, q a multiple of 1024 bytes.
-  static_assert(sizeof(s.q) % 1024 == 0 &&
-                    sizeof(s.q) + sizeof(s.p) >= 2 * 4 * T::kAcc * kWarpgroupThreads * sizeof(float),
-                "q and P′ hold both consumers' handed-over halves");
-  return reinterpret_cast<float*>(&s.q[0]);
-}
+}  // namespace attnjit::mla_decode_sparse::narrow
 
-// Consumer kHalf hands the other the Oᵀ tiles of the other's half (dims 256·(1 − kHalf) ..).
-template <auto P, int kHalf>
-ATTNJIT_DEVICE void hand_over(SharedStorage<P>& s, const float (&o)[Traits<P>::kDimTiles][Traits<P>::kAcc]) {
-  using T = Traits<P>;
-  constexpr int kTheirs = 4 * (1 - kHalf);
-  float* x = exchange(s);
-  const int tid = thread_in_warpgroup();
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) x[((kHalf * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid] = o[kTheirs + b][i];
-}
+#include "mla_decode_sparse/narrow_merge.cuh"
 
-// The merge and consumer kHalf's half of the output (dims 256·kHalf ..), after both
-// hand_overs: unsplit, bf16 out (the sink in the denominator), lse and max logit; split,
-// the f32 partial and its lse (the combine applies the sink). l = 0: no key, out 0, lse -inf.
-template <auto P, int kHalf>
-ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const Work& w, const Seq& seq,
-                           float (&o)[Traits<P>::kDimTiles][Traits<P>::kAcc], const float (&m)[Traits<P>::kCols],
-                           const float (&l)[Traits<P>::kCols]) {
-  using T = Traits<P>;
-  constexpr int kMine = 4 * kHalf;
-  const int tid = thread_in_warpgroup(), warp = tid / 32, g = (tid % 32) / 4;
-  const float* x = exchange(s);
-  float a_me[T::kCols], a_other[T::kCols], l_all[T::kCols], m_all[T::kCols];
-#pragma unroll
-  for (int c = 0; c < T::kCols; ++c) {
-    const int n = column(tid, c);
-    const SoftmaxMerge mg = merge_softmax(m[c], l[c], s.stats[1 - kHalf][0][n], s.stats[1 - kHalf][1][n]);
-    a_me[c] = mg.self, a_other[c] = mg.other, m_all[c] = mg.m, l_all[c] = mg.l;
-  }
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i)
-      o[kMine + b][i] = a_me[col_of(i)] * o[kMine + b][i] +
-                        a_other[col_of(i)] * x[(((1 - kHalf) * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid];
-
-  // Fragment rows g and g + 8 of a dim tile are dims 2g and 2g + 1: accumulators i and
-  // i + 2 of one column, one bf16x2 (or float2).
-#pragma unroll
-  for (int c = 0; c < T::kCols; ++c) {
-    const int head = column(tid, c);
-    const int i0 = 4 * (c / 2) + c % 2;  // column c's accumulators: rows g, g + 8
-    const u32 dim0 = static_cast<u32>(16 * warp + 2 * g);
-    const bool stats = kHalf == 0 && warp == 0 && g == 0;  // one thread per column
-    if (w.slot < 0) {
-      const float inv = unsplit_inv(a, head, m_all[c], l_all[c]);
-      u32* out = reinterpret_cast<u32*>(static_cast<u16*>(a.out) +
-                                        ((static_cast<u64>(seq.start) + w.q_idx) * P.num_heads + head) * kValueDim +
-                                        dim0);
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        out[32 * (kMine + b)] = pack2<DType::kBF16>(o[kMine + b][i0] * inv, o[kMine + b][i0 + 2] * inv);
-      if (stats) store_row_stats(a, w, seq, P.num_heads, head, m_all[c], l_all[c]);
-    } else {
-      const float inv = l_all[c] > 0.0f ? 1.0f / l_all[c] : 0.0f;
-      const u64 part = partial_row(a, w, P.num_heads, head);
-      float* out = a.part_out + part * kValueDim + dim0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        *reinterpret_cast<float2*>(out + 64 * (kMine + b)) =
-            make_float2(o[kMine + b][i0] * inv, o[kMine + b][i0 + 2] * inv);
-      if (stats) a.part_lse[part] = row_lse(m_all[c], l_all[c]);
-    }
-  }
-}
+namespace attnjit::mla_decode_sparse::narrow {
 
 // ---- the consumer role ----------------------------------------------------------------------
 
