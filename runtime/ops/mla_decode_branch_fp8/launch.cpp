@@ -235,14 +235,20 @@ void check_device(const TensorView& t, const char* name) {
                                static_cast<int>(device)));
 }
 
-Sizes checked(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& plan, Workspace ws) {
+// Every rule of a call, before any stage launches; `sparse` gets the sparse attention's
+// checked sizes (topk > 0), which its stage then launches with, not checking again.
+Sizes checked(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& plan, Workspace ws,
+              sparse_detail::Sizes* sparse = nullptr) {
   const Sizes s = mla_branch_detail::check_args(a);
   mla_branch_detail::check_matches_plan(s, plan);
   ops::check_workspace(ws, plan.workspace_bytes, "mla_decode_branch_fp8_plan");
-  // The sparse attention's own rules (indices, lengths, sink, the extra cache) before the
-  // first stage launches, not when its stage comes.
-  if (s.topk > 0)
-    (void)sparse_detail::check_args(sparse_args(a, plan, scratch(plan, ws, a.q.device)), plan.attention_sparse.config);
+  // The sparse attention's own rules (indices, lengths, sink, the extra cache).
+  if (s.topk > 0) {
+    const sparse_detail::Sizes ss =
+        sparse_detail::check_args(sparse_args(a, plan, scratch(plan, ws, a.q.device)), plan.attention_sparse.config);
+    sparse_detail::check_matches_plan(ss, plan.attention_sparse);
+    if (sparse != nullptr) *sparse = ss;
+  }
   check_device(a.q, "q");
   return s;
 }
@@ -331,9 +337,9 @@ void mla_decode_branch_fp8_schedule(const MlaDecodeBranchFp8Plan& plan, const Ml
   if (s.batch == 0) return;
   const Scratch w = scratch(plan, workspace, a.q.device);
   launch_rope(a, s, s.cache, w.q_abs, static_cast<int*>(w.lens_after.data), /*tokens_too=*/false, stream);
-  if (s.topk > 0)
-    mla_decode_sparse_schedule(plan.attention_sparse, sparse_args(a, plan, w), w.attention, stream);
-  else if (s.cache == MlaBranchCache::kFp8Token)
+  // The sparse attention's schedule is its checks alone, which `checked` ran.
+  if (s.topk > 0) return;
+  if (s.cache == MlaBranchCache::kFp8Token)
     mla_decode_fp8_schedule(plan.attention_fp8, fp8_args(a, plan, w), w.attention, stream);
   else
     mla_decode_schedule(plan.attention, dense_args(a, plan, w), w.attention, stream);
@@ -341,7 +347,8 @@ void mla_decode_branch_fp8_schedule(const MlaDecodeBranchFp8Plan& plan, const Ml
 
 void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& plan,
                                  Workspace workspace, CUstream stream, MlaBranchStage stage) {
-  const Sizes s = checked(a, plan, workspace);
+  sparse_detail::Sizes sparse;
+  const Sizes s = checked(a, plan, workspace, &sparse);
   if (s.batch == 0 || s.tokens == 0) return;
   const Scratch w = scratch(plan, workspace, a.q.device);
   const bool all = stage == MlaBranchStage::kAll;
@@ -351,7 +358,8 @@ void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& a, const MlaDecod
     launch_project(a.q, a.w_uk, a.w_uk_scale, w.q_abs, plan.absorb, /*a_ready=*/true, stream);
   if (all || stage == MlaBranchStage::kAttention) {
     if (s.topk > 0) {
-      mla_decode_sparse(sparse_args(a, plan, w), plan.attention_sparse, w.attention, stream);
+      const MlaDecodeSparsePlan& sp = plan.attention_sparse;
+      sparse_detail::launch(sparse_args(a, plan, w), sparse, sp.config, sp.num_splits, w.attention, nullptr, stream);
     } else if (s.cache == MlaBranchCache::kFp8Token) {
       MlaFp8QuantizeArgs qa;
       qa.in = TensorView::contiguous(w.q_abs.data, DType::kBF16, {s.tokens * s.heads, dev::kCacheDim},
