@@ -26,6 +26,7 @@
 // NaN inside the MMA), σ and P′ 0 by selection. Split, schedule and epilogue contract are
 // the other schedules'.
 #include "mla_decode_fp8/sm90_mla_decode_fp8.cuh"  // load_q8, load_kv, init_cta, cta_item
+#include "common/column_merge.cuh"  // acc_column, the two warpgroups' merge
 #include "mla_decode_fp8/vt_fragment.cuh"
 
 namespace attnjit::mla_decode_fp8::narrow {
@@ -84,10 +85,6 @@ using PTile = WgmmaKMajorTile<Swizzle::kNone, P.block_m>;  // B of P·V: rows ×
 
 // Named barrier 1 + w is warpgroup w's own (128 threads); the merge uses __syncthreads.
 ATTNJIT_DEVICE u32 own_barrier(int wg) { return 1u + static_cast<u32>(wg); }
-
-// This thread's column c (0 .. kCols-1) of an [64 × N] fragment, and the fragment entry's c.
-ATTNJIT_DEVICE int column(int tid, int c) { return 8 * (c / 2) + 2 * (tid % 4) + c % 2; }
-ATTNJIT_HOST_DEVICE constexpr int col_of(int i) { return 2 * (i / 4) + i % 2; }
 
 // ---- per-tile pieces --------------------------------------------------------------------
 
@@ -183,12 +180,12 @@ ATTNJIT_DEVICE void column_reduce_max(float (&v)[Traits<P>::kCols], float (*red)
     v[c] = fmaxf(v[c], __shfl_xor_sync(0xffffffffu, v[c], 4));
     v[c] = fmaxf(v[c], __shfl_xor_sync(0xffffffffu, v[c], 8));
     v[c] = fmaxf(v[c], __shfl_xor_sync(0xffffffffu, v[c], 16));
-    if (tid % 32 < 4) red[tid / 32][column(tid, c)] = v[c];
+    if (tid % 32 < 4) red[tid / 32][acc_column(tid, c)] = v[c];
   }
   named_barrier_sync(own_barrier(wg), kWarpgroupThreads);
 #pragma unroll
   for (int c = 0; c < Traits<P>::kCols; ++c) {
-    const int n = column(tid, c);
+    const int n = acc_column(tid, c);
     v[c] = fmaxf(fmaxf(red[0][n], red[1][n]), fmaxf(red[2][n], red[3][n]));
   }
 }
@@ -249,18 +246,9 @@ ATTNJIT_DEVICE float* exchange(SharedStorage<P>& s) {
 }
 
 // Warpgroup kHalf hands the other the Oᵀ blocks of the other's half (dims 256·(1 − kHalf) ..).
-// kHalf is a template argument so the block indices are immediates (a run-time index would
-// put Oᵀ in local memory).
 template <auto P, int kHalf>
 ATTNJIT_DEVICE void hand_over(SharedStorage<P>& s, const float (&o)[Traits<P>::kDimBlocks][Traits<P>::kAcc]) {
-  using T = Traits<P>;
-  constexpr int kTheirs = 4 * (1 - kHalf);
-  float* xchg = exchange(s);
-  const int tid = thread_in_warpgroup();
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) xchg[((kHalf * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid] = o[kTheirs + b][i];
+  hand_over_half<Traits<P>::kAcc, kHalf>(exchange(s), o);
 }
 
 // The merge and warpgroup kHalf's half of the output (dims 256·kHalf ..), after both
@@ -272,20 +260,8 @@ ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const md::Tile& t
   using T = Traits<P>;
   constexpr int kMine = 4 * kHalf;
   const int tid = thread_in_warpgroup(), warp = tid / 32, g = (tid % 32) / 4;
-  const float* xchg = exchange(s);
-  float a_me[T::kCols], a_other[T::kCols], l_all[T::kCols], m_all[T::kCols];
-#pragma unroll
-  for (int c = 0; c < T::kCols; ++c) {
-    const int n = column(tid, c);
-    const SoftmaxMerge mg = merge_softmax(m[c], l[c], s.stats[1 - kHalf][0][n], s.stats[1 - kHalf][1][n]);
-    a_me[c] = mg.self, a_other[c] = mg.other, m_all[c] = mg.m, l_all[c] = mg.l;
-  }
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i)
-      o[kMine + b][i] = a_me[col_of(i)] * o[kMine + b][i] +
-                        a_other[col_of(i)] * xchg[(((1 - kHalf) * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid];
+  float l_all[T::kCols], m_all[T::kCols];
+  merge_half<T::kAcc, kHalf>(exchange(s), o, m, l, s.stats[1 - kHalf][0], s.stats[1 - kHalf][1], m_all, l_all);
 
   // out[row n][dim] = Oᵀ[dim][n]·2⁻⁸/l: A rows g and g+8 of a block are dims 2g and 2g+1
   // (vt_fragment.cuh), accumulators i and i + 2 of one column: one bf16x2 (or float2).
@@ -294,7 +270,7 @@ ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const md::Tile& t
   const EpilogueRows rows = epilogue_rows<P>(b, t);
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
-    const int n = column(tid, c);
+    const int n = acc_column(tid, c);
     if (t.row0 + n >= rows_b) continue;
     const float inv_l = l_all[c] > 0.0f ? (1.0f / 256.0f) / l_all[c] : 0.0f;
     const i64 base = (rows.row0 + n) * kValueDim + 16 * warp + 2 * g;
@@ -380,13 +356,13 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
     for (int c = 0; c < T::kCols; ++c) cmax[c] = neg_inf();
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) {
-      const int c = col_of(i), rr = (i / 2) % 2;
+      const int c = acc_col_of(i), rr = (i / 2) % 2;
       // σ is 0 past the length; with q_len > 1 query token j sees keys < len − q_len + j + 1
       // (recomputed here: a per-column limit array costs the registers N = 32 lacks).
       const bool causal_ok =
-          P.max_q_len == 1 || key0 + 8 * rr <= t.len - t.seq.q_len + (t.row0 + column(tid, c)) / P.num_heads;
+          P.max_q_len == 1 || key0 + 8 * rr <= t.len - t.seq.q_len + (t.row0 + acc_column(tid, c)) / P.num_heads;
       const bool vis = causal_ok && sg[rr] > 0.0f;
-      acc[i] = vis ? acc[i] * s.cq[wg][column(tid, c)] * sg[rr] + lg[rr] : neg_inf();
+      acc[i] = vis ? acc[i] * s.cq[wg][acc_column(tid, c)] * sg[rr] + lg[rr] : neg_inf();
       cmax[c] = fmaxf(cmax[c], acc[i]);
     }
     column_reduce_max<P>(cmax, s.red[wg], wg);
@@ -402,7 +378,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
     }
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) {
-      const int c = col_of(i), rr = (i / 2) % 2;
+      const int c = acc_col_of(i), rr = (i / 2) % 2;
       const float p = exp2f(acc[i] - shift[c]);
       l[c] += p * inv[rr];
       acc[i] = p;
@@ -410,7 +386,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
 #pragma unroll
     for (int mb = 0; mb < T::kDimBlocks; ++mb)
 #pragma unroll
-      for (int i = 0; i < T::kAcc; ++i) o[mb][i] *= alpha[col_of(i)];
+      for (int i = 0; i < T::kAcc; ++i) o[mb][i] *= alpha[acc_col_of(i)];
     store_p<P>(acc, s.p8[wg]);
     fence_proxy_async_smem();  // P′ is read by wgmma
     named_barrier_sync(own_barrier(wg), kWarpgroupThreads);
@@ -426,12 +402,12 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
     l[c] += __shfl_xor_sync(0xffffffffu, l[c], 4);
     l[c] += __shfl_xor_sync(0xffffffffu, l[c], 8);
     l[c] += __shfl_xor_sync(0xffffffffu, l[c], 16);
-    if (tid % 32 < 4) s.red[wg][warp][column(tid, c)] = l[c];
+    if (tid % 32 < 4) s.red[wg][warp][acc_column(tid, c)] = l[c];
   }
   named_barrier_sync(own_barrier(wg), kWarpgroupThreads);
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
-    const int n = column(tid, c);
+    const int n = acc_column(tid, c);
     l[c] = (s.red[wg][0][n] + s.red[wg][1][n]) + (s.red[wg][2][n] + s.red[wg][3][n]);
     if (tid < 4) {
       s.stats[wg][0][n] = m[c];

@@ -35,6 +35,8 @@
 // {g, 8 + g} pairwise (the group stride puts them 4 bank groups apart). Within a 16-dim
 // k-step of S, a thread's bytes 4t .. 4t+3 of a row are A's k positions {2t, 2t+1, 8+2t,
 // 9+2t}; q's f16 copy is written in that order (q_to_f16).
+#include "common/column_merge.cuh"  // acc_column, the two consumers' merge
+
 namespace attnjit::mla_decode_sparse::narrow {
 
 template <auto P>
@@ -95,9 +97,6 @@ using QTile = WgmmaKMajorTile<Swizzle::k128B, Traits<P>::kRows>;  // B: q and P�
 ATTNJIT_DEVICE u32 own_barrier(int c) { return 1u + static_cast<u32>(c); }
 inline constexpr u32 kBoth = 3;
 
-// This thread's column c (0 .. kCols-1) of an [64 × N] fragment, and the fragment entry's c.
-ATTNJIT_DEVICE int column(int tid, int c) { return 8 * (c / 2) + 2 * (tid % 4) + c % 2; }
-ATTNJIT_HOST_DEVICE constexpr int col_of(int i) { return 2 * (i / 4) + i % 2; }
 // Byte offset of 16-byte unit u of ring row r in a stage (layout.cuh).
 ATTNJIT_HOST_DEVICE constexpr int ring_place(int r, int u) {
   return r / 8 * kNarrowGroupStride + r % 8 * kFp8RowBytes + 16 * u;
@@ -247,7 +246,7 @@ ATTNJIT_DEVICE void add_block(float (&sacc)[Traits<P>::kAcc], float (&d)[Traits<
       sacc[i] = sc[(i / 2) % 2][0] * d[i];
     } else if constexpr (kBlock < T::kBlocks) {
       sacc[i] += sc[(i / 2) % 2][kBlock] * d[i];
-      if constexpr (kBlock == T::kBlocks - 1) sacc[i] *= cqn[col_of(i)];
+      if constexpr (kBlock == T::kBlocks - 1) sacc[i] *= cqn[acc_col_of(i)];
     } else {
       sacc[i] += d[i];
     }
@@ -289,14 +288,14 @@ ATTNJIT_DEVICE void reduce_tile(float (&v)[Traits<P>::kCols], float (&u)[4], Sha
   }
   if (tid % 32 < 4)
 #pragma unroll
-    for (int i = 0; i < T::kCols; ++i) s.red[c][column(tid, i)][warp] = v[i];
+    for (int i = 0; i < T::kCols; ++i) s.red[c][acc_column(tid, i)][warp] = v[i];
   if (tid % 32 == 0)
 #pragma unroll
     for (int b = 0; b < 4; ++b) s.umax[c][b][warp] = u[b];
   named_barrier_sync(own_barrier(c), kWarpgroupThreads);
 #pragma unroll
   for (int i = 0; i < T::kCols; ++i) {
-    const int n = column(tid, i);
+    const int n = acc_column(tid, i);
     const float4 r = *reinterpret_cast<const float4*>(s.red[c][n]);
     v[i] = fmaxf(fmaxf(r.x, r.y), fmaxf(r.z, r.w));
   }
@@ -374,7 +373,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
   float cqn[T::kCols], m[T::kCols], l[T::kCols];  // per column: 2^e_n, the running max, Σp
 #pragma unroll
   for (int i = 0; i < T::kCols; ++i) {
-    cqn[i] = count > 0 ? s.cq[column(tid, i)] : 1.0f;
+    cqn[i] = count > 0 ? s.cq[acc_column(tid, i)] : 1.0f;
     m[i] = neg_inf();
     l[i] = 0.0f;
   }
@@ -418,7 +417,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) {
       y[i] = ok[(i / 2) % 2] ? y[i] * a.scale_log2 : neg_inf();  // a skipped key: by selection
-      cmax[col_of(i)] = fmaxf(cmax[col_of(i)], y[i]);
+      cmax[acc_col_of(i)] = fmaxf(cmax[acc_col_of(i)], y[i]);
     }
 #pragma unroll
     for (int b = 0; b < 4; ++b) u[b] = fmaxf(sc[0][b], sc[1][b]);  // skipped rows: zero-filled
@@ -435,8 +434,8 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
     }
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) {
-      y[i] = exp2f(y[i] - cmax[col_of(i)]);
-      l[col_of(i)] += y[i];
+      y[i] = exp2f(y[i] - cmax[acc_col_of(i)]);
+      l[acc_col_of(i)] += y[i];
     }
     // P′_b = p · σ_b / u_b, one f16x2 per column (rows g, g + 8 at k positions 2g, 2g + 1).
     float ratio[4];
@@ -451,14 +450,14 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
       for (int i = 0; i < T::kCols; ++i) {
         const int i0 = 4 * (i / 2) + i % 2;
         st_shared_u32(p_addr + static_cast<u32>(b * T::kChunkBytes) +
-                          QTile<P>::byte_offset(static_cast<u32>(column(tid, i)), static_cast<u32>(32 * warp + 4 * g)),
+                          QTile<P>::byte_offset(static_cast<u32>(acc_column(tid, i)), static_cast<u32>(32 * warp + 4 * g)),
                       pack2<DType::kF16>(y[i0] * f0, y[i0 + 2] * f1));
       }
     }
 #pragma unroll
     for (int mb = 0; mb < T::kDimTiles; ++mb)
 #pragma unroll
-      for (int i = 0; i < T::kAcc; ++i) o[mb][i] *= alpha[col_of(i)] * ratio[mb / 2];
+      for (int i = 0; i < T::kAcc; ++i) o[mb][i] *= alpha[acc_col_of(i)] * ratio[mb / 2];
     fence_proxy_async_smem();  // P′ is read by wgmma
     named_barrier_sync(own_barrier(c), kWarpgroupThreads);
     accumulate_pv<P>(o, stage + v_lane, p_addr, &s.empty[st]);
@@ -474,12 +473,12 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const Args& a, int count, int 
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 4);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 8);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 16);
-    if (lane < 4) s.red[c][column(tid, i)][warp] = l[i];
+    if (lane < 4) s.red[c][acc_column(tid, i)][warp] = l[i];
   }
   named_barrier_sync(own_barrier(c), kWarpgroupThreads);
 #pragma unroll
   for (int i = 0; i < T::kCols; ++i) {
-    const int n = column(tid, i);
+    const int n = acc_column(tid, i);
     const float4 r = *reinterpret_cast<const float4*>(s.red[c][n]);
     l[i] = (r.x + r.y) + (r.z + r.w);
     if (tid < 4) {

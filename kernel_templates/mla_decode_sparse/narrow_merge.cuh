@@ -24,14 +24,7 @@ ATTNJIT_DEVICE float* exchange(SharedStorage<P>& s) {
 // Consumer kHalf hands the other the Oᵀ tiles of the other's half (dims 256·(1 − kHalf) ..).
 template <auto P, int kHalf>
 ATTNJIT_DEVICE void hand_over(SharedStorage<P>& s, const float (&o)[Traits<P>::kDimTiles][Traits<P>::kAcc]) {
-  using T = Traits<P>;
-  constexpr int kTheirs = 4 * (1 - kHalf);
-  float* x = exchange(s);
-  const int tid = thread_in_warpgroup();
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) x[((kHalf * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid] = o[kTheirs + b][i];
+  hand_over_half<Traits<P>::kAcc, kHalf>(exchange(s), o);
 }
 
 // The merge and consumer kHalf's half of the output (dims 256·kHalf ..), after both
@@ -44,26 +37,14 @@ ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const Work& w, co
   using T = Traits<P>;
   constexpr int kMine = 4 * kHalf;
   const int tid = thread_in_warpgroup(), warp = tid / 32, g = (tid % 32) / 4;
-  const float* x = exchange(s);
-  float a_me[T::kCols], a_other[T::kCols], l_all[T::kCols], m_all[T::kCols];
-#pragma unroll
-  for (int c = 0; c < T::kCols; ++c) {
-    const int n = column(tid, c);
-    const SoftmaxMerge mg = merge_softmax(m[c], l[c], s.stats[1 - kHalf][0][n], s.stats[1 - kHalf][1][n]);
-    a_me[c] = mg.self, a_other[c] = mg.other, m_all[c] = mg.m, l_all[c] = mg.l;
-  }
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i)
-      o[kMine + b][i] = a_me[col_of(i)] * o[kMine + b][i] +
-                        a_other[col_of(i)] * x[(((1 - kHalf) * 4 + b) * T::kAcc + i) * kWarpgroupThreads + tid];
+  float l_all[T::kCols], m_all[T::kCols];
+  merge_half<T::kAcc, kHalf>(exchange(s), o, m, l, s.stats[1 - kHalf][0], s.stats[1 - kHalf][1], m_all, l_all);
 
   // Fragment rows g and g + 8 of a dim tile are dims 2g and 2g + 1: accumulators i and
   // i + 2 of one column, one bf16x2 (or float2).
 #pragma unroll
   for (int c = 0; c < T::kCols; ++c) {
-    const int head = column(tid, c);
+    const int head = acc_column(tid, c);
     const int i0 = 4 * (c / 2) + c % 2;  // column c's accumulators: rows g, g + 8
     const u32 dim0 = static_cast<u32>(16 * warp + 2 * g);
     const bool stats = kHalf == 0 && warp == 0 && g == 0;  // one thread per column
