@@ -26,6 +26,14 @@ ATTNJIT_DEVICE u32 cluster_cta_rank() {
   return r;
 }
 
+// The shared::cluster address of `smem_addr` (this CTA's shared::cta address) in CTA
+// `cta_rank` of the cluster: same offset, the other CTA's shared memory.
+ATTNJIT_DEVICE u32 cluster_smem_addr(u32 smem_addr, u32 cta_rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr), "r"(cta_rank));
+  return r;
+}
+
 // Programmatic dependent launch (griddepcontrol): let the next kernel in the stream
 // start its prologue, and wait for the previous kernel's memory to be visible.
 ATTNJIT_DEVICE void pdl_launch_dependents() {

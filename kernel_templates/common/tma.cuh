@@ -69,6 +69,17 @@ ATTNJIT_DEVICE void bulk_load(MBarrier* bar, void* smem_dst, const void* src, u3
                : "memory");
 }
 
+// A bulk copy of `bytes` contiguous bytes from this CTA's shared memory (src) into another
+// CTA of the cluster (dst and bar: shared::cluster addresses, cluster_smem_addr), completing
+// on that CTA's barrier. src, dst and bytes multiples of 16; src written by the generic
+// proxy needs fence_proxy_async_smem() in the issuing thread first.
+ATTNJIT_DEVICE void bulk_copy_to_cluster(u32 dst, u32 src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   dst),
+               "r"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // Multicast: the box lands at the same smem offset in every CTA of `cta_mask` (bit i =
 // cluster rank i), each completing on its own barrier at `bar`'s offset.
 ATTNJIT_DEVICE void tma_load_2d_multicast(const TmaDesc& desc, MBarrier* bar, void* smem_dst,

@@ -101,9 +101,10 @@ ATTNJIT_PLAN unsigned smem_bytes(bool fp8, int block_n, int stages, bool two_con
   const int valid = kv * kGatherKeys * 4;  // 1: the key's row is gathered
   const int stats = 3 * 64 * 4;        // row scale, max, sum
   const int barriers = (1 + kv) * 8;
-  // two_consumers: the running row max (then each consumer's row sums), and a release
-  // mbarrier per buffer half (two_consumers.cuh).
-  const int exchange = two_consumers ? 2 * 64 * 4 + kv * 8 : 0;
+  // two_consumers: the running row max (then each consumer's row sums), a release
+  // mbarrier per buffer half (two_consumers.cuh), and the cluster pair's two per half
+  // (pair.cuh; present, unused, when unpaired).
+  const int exchange = two_consumers ? 2 * 64 * 4 + 3 * kv * 8 + 8 : 0;
   const int body = raw + q_tile + kv_tile * kv + p_tile + valid + stats + barriers + exchange;
   return static_cast<unsigned>((body + 1023) / 1024 * 1024 + 1024);
 }

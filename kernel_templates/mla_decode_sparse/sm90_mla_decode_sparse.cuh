@@ -102,6 +102,10 @@ struct Traits {
   static_assert(P.num_heads >= 8 && P.num_heads <= 128, "h in 8..128");
   static_assert(!kTwoConsumers || (P.block_n == 64 && P.stages == 4),
                 "two_consumers: a 64-key S per consumer (two ring stages each), 4 stages");
+  // cluster 2: the token's two head tiles share each gathered row (pair.cuh).
+  static constexpr bool kPaired = P.cluster == 2;
+  static_assert(P.cluster == 1 || (kPaired && kTwoConsumers && !kFp8 && kRowTiles == 2),
+                "cluster 2: bf16 two_consumers, a token's two 64-head tiles");
 };
 
 enum class Bar : u32 {
@@ -132,6 +136,11 @@ struct ConsumerExchange<P, true> {
   // step rows[c] holds consumer c's row sums.
   float rows[2][64];
   MBarrier kv_empty[Traits<P>::kKvStages];  // per (64-key buffer, column half): read
+  // cluster 2 only (pair.cuh): per fill, this CTA's gathered rows landed; the other CTA's
+  // consumers released that half.
+  MBarrier landed[Traits<P>::kKvStages];
+  MBarrier peer_free[Traits<P>::kKvStages];
+  MBarrier rope_sent;  // the other CTA received this one's copy of buffer 0's hi half
 };
 
 template <auto P>
@@ -400,7 +409,11 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
         for (int h = 0; h < 2; ++h) mbarrier_init(&s.raw_full[i][h], kWarpgroupThreads);
     fence_mbarrier_init();
   }
-  __syncthreads();
+  // cluster 2: the other CTA arrives on and copies into this one's barriers and ring.
+  if constexpr (Traits<P>::kPaired)
+    cluster_sync();
+  else
+    __syncthreads();
   if (threadIdx.x == 0 && w.tile_begin < w.tile_end) {  // this token's 64 head rows
     const int q_row = static_cast<int>(w.token) * P.num_heads + w.row0;
     mbarrier_arrive_expect_tx(&s.q_full, Traits<P>::kQBytes);
@@ -422,6 +435,8 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     warpgroup_reg_alloc<Traits<P>::kPvRegs>();
     pv_warpgroup<P>(s, args, w, seq, wg - 1);
   }
+  // cluster 2: neither CTA leaves while the other may still copy into it or arrive on it.
+  if constexpr (Traits<P>::kPaired) cluster_sync();
   pdl_launch_dependents();  // the combine kernel may start its prologue
 }
 

@@ -60,6 +60,13 @@ inline constexpr int kLoChunks = 4;                           // chunks 0..3: V 
 inline constexpr int kGroupThreads = 8;                       // a chunk row's 16-byte units
 inline constexpr int kGroups = kWarpgroupThreads / kGroupThreads;  // 16 key groups (and markers)
 enum : int { kLo = 0, kHi = 1 };
+// The chunks of a column half: lo [0, 4), hi [4, 9).
+template <int kHalf>
+struct HalfChunks {
+  static constexpr int kBegin = kHalf == kLo ? 0 : kLoChunks;
+  static constexpr int kEnd = kHalf == kLo ? kLoChunks : kHeadDim * 2 / 128;
+  static constexpr int kCount = kEnd - kBegin;
+};
 
 template <auto P>
 struct Consumers {
@@ -76,6 +83,12 @@ ATTNJIT_DEVICE MBarrier* full_bar(SharedStorage<P>& s, int buf, int half) { retu
 template <auto P>
 ATTNJIT_DEVICE MBarrier* empty_bar(SharedStorage<P>& s, int buf, int half) { return &s.x.kv_empty[2 * buf + half]; }
 
+}  // namespace attnjit::mla_decode_sparse
+
+#include "mla_decode_sparse/pair.cuh"
+
+namespace attnjit::mla_decode_sparse {
+
 // kv_full's arrivals per fill. bf16: a cp.async arrival per producer thread and a
 // marker's per group. fp8: each producer thread's, after its widened stores (a marker's
 // flags are stored before it).
@@ -90,6 +103,7 @@ ATTNJIT_DEVICE void init_consumer_barriers(SharedStorage<P>& s) {
     mbarrier_init(&s.kv_full[i], full);
     mbarrier_init(&s.x.kv_empty[i], kWarpgroupThreads);
   }
+  if constexpr (Traits<P>::kPaired) init_pair_barriers<P>(s);
 }
 
 // ---- the producer -----------------------------------------------------------------------
@@ -103,15 +117,19 @@ ATTNJIT_DEVICE u32 fill_base(const SharedStorage<P>& s, int group, int unit) {
   return smem_u32(s.kv) + KTile<P>::byte_offset(static_cast<u32>(group), static_cast<u32>(unit * 16));
 }
 
-// Half kHalf of buffer kBuf: keys group + 16r (r < 4; row_of(r): the key's row, null when
-// skipped), unit `unit` of every chunk of the half; a skipped key is zero-filled (src-size
-// 0 reads nothing).
+// Keys a producer thread gathers per buffer: 4 (group + 16r), or paired 2 (its CTA's rows).
+template <auto P>
+inline constexpr int kOwnKeys = Traits<P>::kPaired ? Consumers<P>::kKeysPerThread / 2 : Consumers<P>::kKeysPerThread;
+
+// Half kHalf of buffer kBuf: this thread's keys (row_of(r), r < kOwnKeys: the key's row,
+// null when skipped; dst: its first, 16·r rows on), unit `unit` of every chunk of the half;
+// a skipped key is zero-filled (src-size 0 reads nothing).
 template <auto P, int kBuf, int kHalf, class RowOf>
 ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const RowOf& row_of, u32 dst, int unit) {
   using C = Consumers<P>;
-  constexpr int kC0 = kHalf == kLo ? 0 : kLoChunks, kC1 = kHalf == kLo ? kLoChunks : Traits<P>::kChunks;
+  constexpr int kC0 = HalfChunks<kHalf>::kBegin, kC1 = HalfChunks<kHalf>::kEnd;
 #pragma unroll
-  for (int r = 0; r < C::kKeysPerThread; ++r) {
+  for (int r = 0; r < kOwnKeys<P>; ++r) {
     const u8* row = row_of(r);
     const u8* src = (row != nullptr ? row : static_cast<const u8*>(a.main.rows)) + unit * 16;
     const u32 bytes = row != nullptr ? 16u : 0u;
@@ -125,21 +143,34 @@ ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const RowOf& r
 }
 
 // One fill: waits for the half's release by the previous step (step > 0), stores buffer
-// kBuf's validity flags with its first fill of the step (kHalf == kBuf, marking threads),
-// gathers, and arrives on the half's full barrier (the markers' release: the flags).
-template <auto P, int kBuf, int kHalf, class RowOf>
-ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const RowOf& row_of, int step, int group, int unit,
-                         u32 dst) {
+// kBuf's validity flags with its first fill of the step (kHalf == kBuf, marking threads;
+// key_of(r): keys group + 16r, r < 4, all of them), gathers this thread's keys (own_of),
+// and arrives on the half's full barrier (the markers' release: the flags; paired, marker 0
+// also announces the other CTA's copy).
+template <auto P, int kBuf, int kHalf, class KeyOf, class OwnOf>
+ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const KeyOf& key_of, const OwnOf& own_of, int step,
+                         int group, int unit, u32 dst) {
   using C = Consumers<P>;
+  constexpr int kI = 2 * kBuf + kHalf;
   const bool marks = unit == 0;
-  if (step > 0) mbarrier_wait(empty_bar(s, kBuf, kHalf), static_cast<u32>(step - 1) & 1u);
+  if (step > 0) {
+    mbarrier_wait(empty_bar(s, kBuf, kHalf), static_cast<u32>(step - 1) & 1u);
+    // Paired: the other CTA holds this half's last copy from here (pair.cuh).
+    if constexpr (Traits<P>::kPaired) mbarrier_wait(&s.x.peer_free[kI], static_cast<u32>(step - 1) & 1u);
+  }
   if (kHalf == kBuf && marks) {
 #pragma unroll
     for (int r = 0; r < C::kKeysPerThread; ++r)
-      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + group + kGroups * r]), row_of(r) != nullptr ? 1u : 0u);
+      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + group + kGroups * r]), key_of(r) != nullptr ? 1u : 0u);
   }
-  fill_half<P, kBuf, kHalf>(s, a, row_of, dst, unit);
-  if (marks) mbarrier_arrive(full_bar(s, kBuf, kHalf));
+  fill_half<P, kBuf, kHalf>(s, a, own_of, dst, unit);
+  if constexpr (Traits<P>::kPaired) cp_async_arrive(&s.x.landed[kI]);
+  if (marks) {
+    if (Traits<P>::kPaired && group == 0)
+      mbarrier_arrive_expect_tx(full_bar(s, kBuf, kHalf), kPairCopyBytes<kHalf>);
+    else
+      mbarrier_arrive(full_bar(s, kBuf, kHalf));
+  }
 }
 
 }  // namespace attnjit::mla_decode_sparse
@@ -165,7 +196,9 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
     return;
   }
   const auto key = [&](int step, int b, int r) { return list_pos(step, b, group + kGroups * r); };
-  const u32 dst = fill_base(s, group, unit);
+  // Paired: this CTA's keys are r in [2·rank, +2) (rows [32·rank, +32) of each buffer).
+  const int own0 = Traits<P>::kPaired ? static_cast<int>(cluster_cta_rank()) * kOwnKeys<P> : 0;
+  const u32 dst = fill_base(s, group, unit) + static_cast<u32>(own0 * kGroups * 128);
   // The indices are loaded a step ahead: their latency (a dependent global load before
   // any row can be gathered) then hides behind the step before.
   int next[2][C::kKeysPerThread];
@@ -187,6 +220,13 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
     // pointers beside the next step's indices would spill.
     const auto rows0 = [&](int r) { return key_row<P>(a, w, key(step, 0, r), idx[0][r]); };
     const auto rows1 = [&](int r) { return key_row<P>(a, w, key(step, 1, r), idx[1][r]); };
+    // This CTA's keys: a select between two registers, not an indexed (local) array.
+    const auto own0_rows = [&](int r) {
+      return key_row<P>(a, w, key(step, 0, own0 + r), own0 != 0 ? idx[0][kOwnKeys<P> + r] : idx[0][r]);
+    };
+    const auto own1_rows = [&](int r) {
+      return key_row<P>(a, w, key(step, 1, own0 + r), own0 != 0 ? idx[1][kOwnKeys<P> + r] : idx[1][r]);
+    };
     // The order the consumers release the halves in, except that the step's first two
     // (WG1's buffer 0 lo, WG2's buffer 1 hi, each mid-step) go in the order they come: in
     // program order buffer 1 hi waited behind buffer 0 lo's release (ncu, prefill: WG2
@@ -205,12 +245,12 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
     }
     for (int k = 0; k < 2; ++k) {
       if (hi_first == (k == 0))
-        fill<P, 1, kHi>(s, a, rows1, step, group, unit, dst);
+        fill<P, 1, kHi>(s, a, rows1, own1_rows, step, group, unit, dst);
       else
-        fill<P, 0, kLo>(s, a, rows0, step, group, unit, dst);
+        fill<P, 0, kLo>(s, a, rows0, own0_rows, step, group, unit, dst);
     }
-    fill<P, 0, kHi>(s, a, rows0, step, group, unit, dst);
-    fill<P, 1, kLo>(s, a, rows1, step, group, unit, dst);
+    fill<P, 0, kHi>(s, a, rows0, own0_rows, step, group, unit, dst);
+    fill<P, 1, kLo>(s, a, rows1, own1_rows, step, group, unit, dst);
   }
 }
 
@@ -338,15 +378,15 @@ ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps,
   u32 pf[4][4];        // P_even as RS A fragments (k16 steps × 4 registers)
   for (int step = 0; step < steps; ++step) {
     const u32 phase = static_cast<u32>(step) & 1u;
-    mbarrier_wait(full_bar(s, 0, kLo), phase);
+    wait_full<P, 0, kLo>(s, phase);
     fence_proxy_async_smem();  // cp.async wrote in the generic proxy; wgmma reads in the async one
     issue_s<P, 0, kLoChunks, true>(sc, q, kv, 0);
     wgmma_commit();
     if (step > 0) {  // the last step's P_odd·V_odd[lo] retired: buffer 1 lo and s.p are free
       wgmma_wait<1>();
-      mbarrier_arrive(empty_bar(s, 1, kLo));
+      release<P>(s, 1, kLo);
     }
-    mbarrier_wait(full_bar(s, 0, kHi), phase);
+    wait_full<P, 0, kHi>(s, phase);
     if constexpr (Traits<P>::kFp8) consumer_widen<P, 0>(s);  // its raw bytes → bf16, under S lo
     fence_proxy_async_smem();
     issue_s<P, kLoChunks, Traits<P>::kChunks, false>(sc, q, kv, 0);
@@ -374,7 +414,7 @@ ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps,
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    mbarrier_arrive(empty_bar(s, 0, kLo));
+    release<P>(s, 0, kLo);
 
     // The step's final max (WG2's): P_even to it for WG2, O and l to it here.
     named_barrier_sync(ConsumerBar::kOddMax, kConsumerThreads);
@@ -386,6 +426,7 @@ ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps,
       rs.m[r] = m_final;
       rs.l[r] *= g[r];
     }
+    wait_rope_sent<P>(s, phase);  // paired: P_even's rows were copied out (pair.cuh)
     store_p<P>(sc, g, p_even);
     named_barrier_arrive(ConsumerBar::kEvenP, kConsumerThreads);
     named_barrier_sync(ConsumerBar::kOddP, kConsumerThreads);
@@ -411,11 +452,11 @@ ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, 
   for (int step = 0; step < steps; ++step) {
     const u32 phase = static_cast<u32>(step) & 1u;
     // hi first: the producer fills buffer 1's hi half before its lo half.
-    mbarrier_wait(full_bar(s, 1, kHi), phase);
+    wait_full<P, 1, kHi>(s, phase);
     if constexpr (Traits<P>::kFp8) consumer_widen<P, 1>(s);  // its raw bytes → bf16, here
     fence_proxy_async_smem();
     issue_s<P, kLoChunks, Traits<P>::kChunks, true>(sc, q, kv, C::kBufKeys);
-    mbarrier_wait(full_bar(s, 1, kLo), phase);
+    wait_full<P, 1, kLo>(s, phase);
     fence_proxy_async_smem();
     issue_s<P, 0, kLoChunks, false>(sc, q, kv, C::kBufKeys);
     wgmma_commit();
@@ -452,10 +493,10 @@ ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, 
     wgmma_commit();
     named_barrier_arrive(ConsumerBar::kOddP, kConsumerThreads);
     wgmma_wait<1>();
-    mbarrier_arrive(empty_bar(s, 1, kHi));
+    release<P>(s, 1, kHi);
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    mbarrier_arrive(empty_bar(s, 0, kHi));
+    release<P>(s, 0, kHi);
   }
 }
 

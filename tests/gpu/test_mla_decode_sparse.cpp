@@ -75,7 +75,7 @@ TEST_CASE("mla_decode_sparse's softmax_wg schedule matches float64", "[gpu][mla_
   // Both layouts default to two_consumers. softmax_wg stays selectable: on bf16 rows in
   // 64-key steps over pairs of stages, on fp8 rows in 32-key steps through the raw ring;
   // split runs of whole steps.
-  const json bf16 = {{"schedule", "softmax_wg"}, {"block_n", 64}, {"stages", 4}};
+  const json bf16 = {{"schedule", "softmax_wg"}, {"block_n", 64}, {"stages", 4}, {"cluster", 1}};
   const json fp8 = {{"schedule", "softmax_wg"}, {"block_n", 32}, {"stages", 3}};
   for (const auto& [layout, config] : {std::pair{"bf16", &bf16}, std::pair{"fp8", &fp8}}) {
     for (int h : {8, 64, 128}) run_and_judge(hostile({{"layout", layout}, {"h", h}}), config);

@@ -91,11 +91,20 @@ TEST_CASE("mla_prefill_sparse matches float64 on hostile edges", "[gpu][mla_pref
 
 TEST_CASE("mla_prefill_sparse's softmax_wg schedule matches float64", "[gpu][mla_prefill_sparse]") {
   if (!test::gpu_or_skip()) return;
-  const json config = {{"schedule", "softmax_wg"}};  // the default is two_consumers
+  const json config = {{"schedule", "softmax_wg"}, {"cluster", 1}};  // the default is two_consumers
   for (int h : {16, 128}) run_and_judge(hostile({{"h", h}, {"sink", "finite"}}), 0, &config);
   run_and_judge(hostile({{"lens", "token"}, {"h", 64}, {"topk", 300}, {"page_size", 40}}), 0, &config);
   run_and_judge(hostile({{"lens", "zero"}, {"h", 32}}), 0, &config);  // no step at all
   run_and_judge(hostile({{"topk", 1}, {"h", 128}}), 0, &config);       // one step, one key
+  run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500, &config);
+}
+
+TEST_CASE("mla_prefill_sparse at h 128 with the cluster pair matches float64", "[gpu][mla_prefill_sparse]") {
+  if (!test::gpu_or_skip()) return;
+  // Opt-in cluster 2: the token's two head tiles share each gathered row (pair.cuh).
+  const json config = {{"cluster", 2}};
+  run_and_judge(hostile({{"h", 128}, {"sink", "finite"}, {"lens", "token"}}), 0, &config);
+  run_and_judge(hostile({{"topk", 1}, {"h", 128}}), 0, &config);
   run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500, &config);
 }
 

@@ -88,6 +88,11 @@ void MlaDecodeSparseConfig::validate() const {
                 fmt::format("narrow needs fp8 rows, num_heads 8 or 16, block_n 64 and stages 4; got "
                             "{}, num_heads {}, block_n {}, stages {}",
                             to_string(cache_layout), num_heads, block_n, stages));
+  if (cluster == 2 && (fp8 || !two || dev::row_tiles(num_heads) != 2))
+    fail_config(table().where("cluster"),
+                fmt::format("2 pairs a token's two 64-head tiles: needs bf16 rows, two_consumers and "
+                            "num_heads 65..128; got {}, {}, num_heads {}",
+                            to_string(cache_layout), to_string(schedule), num_heads));
   if (ops::mla_sparse_smem_bytes(*this) > kMaxSmemPerBlock)
     fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
                                                      ops::mla_sparse_smem_bytes(*this),

@@ -182,6 +182,7 @@ void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseC
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>(s.b * s.q_len * dev::row_tiles(static_cast<int>(s.h)));
   shape.grid[1] = static_cast<unsigned>(splits);
+  shape.cluster[0] = static_cast<unsigned>(c.cluster);  // the token's head tiles: adjacent x
   shape.block[0] = ops::kMlaSparseThreads;
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), &ka};

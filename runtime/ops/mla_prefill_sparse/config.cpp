@@ -60,6 +60,7 @@ MlaDecodeSparseConfig MlaPrefillSparseConfig::kernel() const {
   k.block_n = block_n;
   k.schedule = schedule;
   k.stages = stages;
+  k.cluster = cluster;
   return k;
 }
 
