@@ -106,6 +106,23 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
       two.stages = 3;
       REQUIRE_ERROR(two.validate(), ErrorKind::kUnsupportedConfig, "'block_n'", "stages 4");
     }
+  // cluster 2 (opt-in): bf16 two_consumers with two 64-head tiles per token.
+  MlaDecodeSparseConfig pair = mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 128);
+  CHECK(pair.cluster == 1);
+  pair.cluster = 2;
+  REQUIRE_NOTHROW(pair.validate());
+  CHECK(MlaDecodeSparseConfig::from_json(pair.to_json()) == pair);
+  CHECK(pair.describe().find("c2") != std::string::npos);
+  pair.num_heads = 64;  // one tile per token: nothing to pair
+  REQUIRE_ERROR(pair.validate(), ErrorKind::kUnsupportedConfig, "'cluster'", "num_heads 65..128");
+  pair.num_heads = 128;
+  pair.cache_layout = MlaSparseLayout::kFp8;
+  REQUIRE_ERROR(pair.validate(), ErrorKind::kUnsupportedConfig, "'cluster'", "bf16 rows");
+  pair.cache_layout = MlaSparseLayout::kBF16;
+  pair.schedule = MlaSparseSchedule::kSoftmaxWarpgroup;
+  REQUIRE_ERROR(pair.validate(), ErrorKind::kUnsupportedConfig, "'cluster'", "two_consumers");
+  pair.cluster = 3;
+  REQUIRE_ERROR(pair.validate(), ErrorKind::kUnsupportedConfig, "'cluster'");
   // narrow: fp8 rows, h 8 or 16, block_n 64, stages 4; the fp8 default at h 8 and 16.
   for (int h : {8, 16}) {
     MlaDecodeSparseConfig n = mla_decode_sparse_default_config(MlaSparseLayout::kFp8, h);
