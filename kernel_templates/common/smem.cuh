@@ -30,6 +30,15 @@ ATTNJIT_DEVICE void st_shared_16(u32 addr, uint4 v) {
                : "memory");
 }
 
+// Stores into another CTA's shared memory: addr is a shared::cluster address
+// (cluster_smem_addr of this CTA's address and the target's rank).
+ATTNJIT_DEVICE void st_cluster_f32(u32 addr, float x) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(x) : "memory");
+}
+ATTNJIT_DEVICE void st_cluster_f32x2(u32 addr, float x, float y) {
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
 ATTNJIT_DEVICE u32 ld_shared_u32(u32 addr) {
   u32 v;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");

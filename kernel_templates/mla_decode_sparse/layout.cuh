@@ -67,7 +67,15 @@ struct Args {
   float scale_log2;   // softmax_scale · log2(e)
   float* max_logit;   // lse's layout: the largest softmax_scale · q·k of a row's valid keys
                       // (-inf: none), or null; written only when unsplit (the prefill)
+  int merge_in_cluster;  // 1 (narrow only, splits 2, 4 or 8): a token's splits are one
+                         // cluster (dims 1 × splits) and merge in it; part_out is unused
+  int pad;
 };
+
+// The narrow kernel merges a token's splits in their cluster when they divide its 8 dim
+// tiles (each CTA then owns 8 / splits of them; narrow_merge.cuh), else mla_decode's
+// combine merges f32 partials.
+ATTNJIT_PLAN bool narrow_merges_in_cluster(int splits) { return splits == 2 || splits == 4 || splits == 8; }
 
 // The gather rings. softmax_wg: filled by the two P·V warpgroups, each the half of every
 // row whose V columns it reads. bf16 rows go by 16-byte cp.async straight into the swizzled
@@ -173,7 +181,7 @@ inline constexpr unsigned kBadExtraLength = 3;
 inline constexpr unsigned kBadQOffsets = 4;
 
 static_assert(sizeof(Pool) == 40 && ATTNJIT_OFFSET_IS(Pool, num_rows, 24), "Pool layout");
-static_assert(sizeof(Args) == 152 && ATTNJIT_OFFSET_IS(Args, sink, 80) &&
+static_assert(sizeof(Args) == 160 && ATTNJIT_OFFSET_IS(Args, merge_in_cluster, 152) && ATTNJIT_OFFSET_IS(Args, sink, 80) &&
                   ATTNJIT_OFFSET_IS(Args, q, 120) && ATTNJIT_OFFSET_IS(Args, scale_log2, 140) &&
                   ATTNJIT_OFFSET_IS(Args, max_logit, 144),
               "mla_decode_sparse::Args layout");

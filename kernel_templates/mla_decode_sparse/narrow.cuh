@@ -512,7 +512,8 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
            const Args args) {
   using T = Traits<P>;
   static_assert(kPlanMatches<P>, "mla_decode_sparse/layout.cuh's narrow_smem_bytes is not this SharedStorage's");
-  // One CTA per query token (row_tiles(h ≤ 64) = 1) and split.
+  // One CTA per query token (row_tiles(h ≤ 64) = 1) and split; with merge_in_cluster a
+  // token's splits are one cluster, so they all return here or none does.
   const Seq seq = sequence(args.q, token_slot_of<1>(blockIdx.x) / args.q.q_len);
   if (token_slot_of<1>(blockIdx.x) % args.q.q_len >= seq.q_len) return;  // ragged: no such token
   extern __shared__ u8 smem_raw[];
@@ -540,6 +541,10 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   if (wg == 0) {
     warpgroup_reg_dealloc<T::kProducerRegs>();
     producer<P>(s, args, w);
+    if (args.merge_in_cluster) {  // the two cluster barriers of the consumers' finish
+      cluster_sync();
+      cluster_sync();
+    }
   } else {
     warpgroup_reg_alloc<T::kConsumerRegs>();
     consumer<P>(s, args, w.tile_end - w.tile_begin, wg - 1);

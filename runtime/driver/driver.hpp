@@ -38,6 +38,7 @@ namespace attnjit::driver {
   X(cuKernelSetAttribute, 12000)           \
   X(cuFuncGetAttribute, 2020)             \
   X(cuLaunchKernelEx, 11060)               \
+  X(cuOccupancyMaxActiveClusters, 11070)   \
   X(cuTensorMapEncodeTiled, 12000)         \
   X(cuMemAlloc, 3020)                     \
   X(cuMemFree, 3020)                      \

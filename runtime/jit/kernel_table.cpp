@@ -63,6 +63,30 @@ void Kernel::prepare_current_device() const {
   prepared_devices_.fetch_or(bit, std::memory_order_acq_rel);
 }
 
+int Kernel::max_active_clusters(const LaunchShape& shape) const {
+  prepare_current_device();
+  CUfunction fn = nullptr;
+  ATTNJIT_CU(cuKernelGetFunction, &fn, kernel_);
+  CUlaunchAttribute attr;
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = shape.cluster[0];
+  attr.value.clusterDim.y = shape.cluster[1];
+  attr.value.clusterDim.z = shape.cluster[2];
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = shape.cluster[0];  // the query reads the cluster's shape, not the grid's
+  cfg.gridDimY = shape.cluster[1];
+  cfg.gridDimZ = shape.cluster[2];
+  cfg.blockDimX = shape.block[0];
+  cfg.blockDimY = shape.block[1];
+  cfg.blockDimZ = shape.block[2];
+  cfg.sharedMemBytes = shape.dynamic_smem;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  ATTNJIT_CU(cuOccupancyMaxActiveClusters, &clusters, fn, &cfg);
+  return clusters;
+}
+
 void Kernel::launch(const LaunchShape& shape, CUstream stream, void** args) const {
   g_launches.fetch_add(1, std::memory_order_relaxed);  // attempts: counted before the driver
   const driver::Api& api = driver::api();

@@ -74,6 +74,11 @@ class Kernel {
   // atomic load) and launches.
   void launch(const LaunchShape& shape, CUstream stream, void** args) const;
 
+  // How many clusters of `shape` (its block, shared memory and cluster dims) the current
+  // device runs at once: a plan that wants one wave of clusters asks this, since clusters
+  // are placed within a GPC and the SMs a GPC has left over stay idle. Not for the hot path.
+  int max_active_clusters(const LaunchShape& shape) const;
+
  private:
   void ensure_loaded() const;
   CompiledKernel compiled_;

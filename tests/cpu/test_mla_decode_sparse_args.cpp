@@ -287,6 +287,12 @@ TEST_CASE("mla_decode_sparse rejects bad arguments before launching", "[mla_deco
     MlaDecodeSparsePlan hand = plan;
     hand.num_splits = 0;
     REQUIRE_REFUSED(mla_decode_sparse(valid_args(), hand, {}, nullptr), bad, "plan", "num_splits");
+    hand = plan;
+    hand.num_splits = 3;  // narrow (fp8, h 16), but 3 splits do not divide its 8 dim tiles
+    hand.merge_in_cluster = true;
+    REQUIRE(hand.config.schedule == MlaSparseSchedule::kNarrow);
+    REQUIRE_REFUSED(mla_decode_sparse(valid_args(), hand, {fake(11), plan.workspace_bytes}, nullptr), bad,
+                    "plan", "merge_in_cluster");
   }
   SECTION("the shape's rules") {
     MlaDecodeSparseShape s = mla_decode_sparse_shape(valid_args());

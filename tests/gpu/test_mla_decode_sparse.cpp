@@ -88,7 +88,8 @@ TEST_CASE("mla_decode_sparse's softmax_wg schedule matches float64", "[gpu][mla_
 TEST_CASE("mla_decode_sparse's narrow schedule matches float64", "[gpu][mla_decode_sparse]") {
   if (!test::gpu_or_skip()) return;
   // fp8 rows at h 8 and 16 with the keys on wgmma's M (narrow.cuh): A operands built in
-  // registers from the rows as stored, P′ per scale block, split runs of 64-key tiles. The
+  // registers from the rows as stored, P′ per scale block, split runs of 64-key tiles; 2, 4
+  // and 8 splits merge in their cluster (narrow_merge.cuh), 3 and 7 through the combine. The
   // default there, named here so the case stays if the default moves.
   const json narrow = {{"schedule", "narrow"}, {"block_n", 64}, {"stages", 4}};
   const auto run = [&](json extra) {
@@ -99,15 +100,26 @@ TEST_CASE("mla_decode_sparse's narrow schedule matches float64", "[gpu][mla_deco
     run({{"h", h}});
     run({{"h", h}, {"q_len", 8}});
     run({{"h", h}, {"topk", 2048}, {"splits", 7}});
+    run({{"h", h}, {"topk", 2048}, {"splits", 8}, {"lens", "token"}, {"q_len", 2}});
   }
   for (const char* sink : {"-inf", "finite", "+inf"})
-    for (int splits : {1, 3}) run({{"sink", sink}, {"splits", splits}});
+    for (int splits : {1, 2, 3}) run({{"sink", sink}, {"splits", splits}});
   for (const char* lens : {"seq", "token"}) run({{"lens", lens}, {"q_len", 2}});
   run({{"topk_extra", 70}});
   run({{"topk_extra", 70}, {"lens", "token"}, {"sink", "finite"}, {"splits", 4}});
   run({{"ragged", 1}, {"q_len", 8}, {"lens", "token"}, {"h", 8}, {"topk_extra", 64}});
   run({{"topk", 1}});
   run({{"topk", 63}, {"splits", 2}});
+  // The cases above ran the path their plans chose: a few tokens' clusters always run at once.
+  for (int splits : {2, 3, 4, 7, 8}) {
+    MlaDecodeSparseShape shape;
+    shape.layout = MlaSparseLayout::kFp8;
+    shape.num_heads = 8;
+    shape.batch = 3;
+    shape.topk = 2048;
+    shape.num_splits = splits;
+    CHECK(mla_decode_sparse_plan(shape).merge_in_cluster == (splits % 2 == 0));
+  }
 }
 
 TEST_CASE("mla_decode_sparse's two_consumers schedule matches float64 on fp8 at h <= 16",

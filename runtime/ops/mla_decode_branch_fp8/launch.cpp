@@ -359,7 +359,8 @@ void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& a, const MlaDecod
   if (all || stage == MlaBranchStage::kAttention) {
     if (s.topk > 0) {
       const MlaDecodeSparsePlan& sp = plan.attention_sparse;
-      sparse_detail::launch(sparse_args(a, plan, w), sparse, sp.config, sp.num_splits, w.attention, nullptr, stream);
+      sparse_detail::launch(sparse_args(a, plan, w), sparse, sp.config, sp.num_splits, sp.merge_in_cluster,
+                            w.attention, nullptr, stream);
     } else if (s.cache == MlaBranchCache::kFp8Token) {
       MlaFp8QuantizeArgs qa;
       qa.in = TensorView::contiguous(w.q_abs.data, DType::kBF16, {s.tokens * s.heads, dev::kCacheDim},

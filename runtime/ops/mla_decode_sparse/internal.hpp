@@ -74,12 +74,20 @@ Sizes check_args(const MlaDecodeSparseArgs& a, const MlaDecodeSparseConfig& c);
 void check_shape(const MlaDecodeSparseShape& s, const MlaDecodeSparseConfig& c);
 // A call of sizes `s` is one `plan` was made for; errors name the argument.
 void check_matches_plan(const Sizes& s, const MlaDecodeSparsePlan& plan);
-// The launches of a checked call (`s` from check_args, `splits` from its plan, the
-// workspace checked against it): the main kernel, then mla_decode's combine when split.
-// max_logit (lse's layout, or null) is written only unsplit. Shared with
-// mla_prefill_sparse, which runs the bf16 kernel over one-token sequences.
+// Whether the main kernel (`main`, of config `c`) merges a token's `splits` in their
+// cluster instead of leaving partials for mla_decode's combine: the narrow schedule at 2,
+// 4 or 8 splits (layout.cuh), when every token's cluster runs at once on the current
+// device (clusters stay within a GPC: 32 tokens' clusters of 4 did not, and ran 1.6×
+// slower than the combine, H200). The plan decides; the launches follow it.
+bool merges_in_cluster(const MlaDecodeSparseShape& shape, const MlaDecodeSparseConfig& c, int splits,
+                       const jit::Kernel& main);
+// The launches of a checked call (`s` from check_args, `splits` and `merge_in_cluster` from
+// its plan, the workspace checked against it): the main kernel, then mla_decode's combine
+// when split and not merged in the cluster. max_logit (lse's layout, or null) is written
+// only unsplit. Shared with mla_prefill_sparse, which runs the bf16 kernel over one-token
+// sequences.
 void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseConfig& c, int splits,
-            Workspace workspace, float* max_logit, CUstream stream);
+            bool merge_in_cluster, Workspace workspace, float* max_logit, CUstream stream);
 // Checked mode: validates indices, lengths and offsets on the device; names the first bad one.
 void device_check(const MlaDecodeSparseArgs& a, const Sizes& s, Arch arch, CUstream stream);
 

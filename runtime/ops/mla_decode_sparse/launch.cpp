@@ -74,6 +74,20 @@ int mla_decode_sparse_splits(const MlaDecodeSparseShape& s, int sm_count) {
   return best;
 }
 
+namespace sparse_detail {
+
+bool merges_in_cluster(const MlaDecodeSparseShape& shape, const MlaDecodeSparseConfig& c, int splits,
+                       const jit::Kernel& main) {
+  if (c.schedule != MlaSparseSchedule::kNarrow || !dev::narrow_merges_in_cluster(splits)) return false;
+  jit::LaunchShape cluster;
+  cluster.block[0] = ops::kMlaSparseThreads;
+  cluster.dynamic_smem = main.dynamic_smem_bytes();
+  cluster.cluster[1] = static_cast<unsigned>(splits);
+  return int64_t{shape.batch} * shape.q_len <= main.max_active_clusters(cluster);
+}
+
+}  // namespace sparse_detail
+
 size_t mla_decode_sparse_workspace_bytes(const MlaDecodeSparseShape& shape, int num_splits) {
   return mla_decode_workspace_bytes(partial_shape(shape), num_splits);
 }
@@ -89,8 +103,10 @@ MlaDecodeSparsePlan mla_decode_sparse_plan(const MlaDecodeSparseShape& shape,
   plan.num_splits = mla_decode_sparse_splits(shape, info.sm_count);
   plan.workspace_bytes = mla_decode_sparse_workspace_bytes(shape, plan.num_splits);
   const Arch arch = ops::device_arch(info);
-  ops::mla_sparse_main_kernel(plan.config, arch).prepare_current_device();
-  if (plan.num_splits > 1)
+  const jit::Kernel& main = ops::mla_sparse_main_kernel(plan.config, arch);
+  main.prepare_current_device();
+  plan.merge_in_cluster = sparse_detail::merges_in_cluster(shape, plan.config, plan.num_splits, main);
+  if (plan.num_splits > 1 && !plan.merge_in_cluster)
     ops::mla_combine_kernel({DType::kBF16, plan.config.num_heads}, arch).prepare_current_device();
   return plan;
 }
@@ -114,7 +130,7 @@ void mla_decode_sparse(const MlaDecodeSparseArgs& a, const MlaDecodeSparsePlan& 
   sparse_detail::check_shape(plan.shape, c);
   ops::check_workspace(workspace, mla_decode_sparse_workspace_bytes(plan.shape, plan.num_splits),
                        "mla_decode_sparse_plan");
-  sparse_detail::launch(a, s, c, plan.num_splits, workspace, nullptr, stream);
+  sparse_detail::launch(a, s, c, plan.num_splits, plan.merge_in_cluster, workspace, nullptr, stream);
 }
 
 void mla_decode_sparse(const MlaDecodeSparseArgs& a, CUstream stream,
@@ -135,7 +151,7 @@ void mla_decode_sparse(const MlaDecodeSparseArgs& a, CUstream stream,
 namespace sparse_detail {
 
 void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseConfig& c, int splits,
-            Workspace workspace, float* max_logit, CUstream stream) {
+            bool merge_in_cluster, Workspace workspace, float* max_logit, CUstream stream) {
   if (s.b == 0 || s.total_q == 0) return;  // no query rows: nothing to write
 
   // q as [total_q·h, 576] in 128B-swizzled boxes of 64 rows (narrow: h) × 64 columns (one span).
@@ -153,8 +169,10 @@ void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseC
                               static_cast<int>(device)));
   const Arch arch = current_arch();
   const jit::Kernel& main = ops::mla_sparse_main_kernel(c, arch);
-  const jit::Kernel* combine =
-      splits > 1 ? &ops::mla_combine_kernel({DType::kBF16, c.num_heads}, arch) : nullptr;
+  const bool in_cluster = splits > 1 && merge_in_cluster;
+  const jit::Kernel* combine = splits > 1 && !in_cluster
+                                   ? &ops::mla_combine_kernel({DType::kBF16, c.num_heads}, arch)
+                                   : nullptr;
   if (check_mode()) device_check(a, s, arch, stream);
   const TmaDescriptor q_map = encode_tma(q_spec, "q");
 
@@ -178,11 +196,14 @@ void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseC
                q_rows,
                splits,
                a.softmax_scale * kLog2e,
-               splits == 1 ? max_logit : nullptr};
+               splits == 1 ? max_logit : nullptr,
+               in_cluster ? 1 : 0,
+               0};
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>(s.b * s.q_len * dev::row_tiles(static_cast<int>(s.h)));
   shape.grid[1] = static_cast<unsigned>(splits);
   shape.cluster[0] = static_cast<unsigned>(c.cluster);  // the token's head tiles: adjacent x
+  if (in_cluster) shape.cluster[1] = static_cast<unsigned>(splits);  // the token's splits
   shape.block[0] = ops::kMlaSparseThreads;
   shape.dynamic_smem = main.dynamic_smem_bytes();
   void* main_args[] = {const_cast<TmaDescriptor*>(&q_map), &ka};

@@ -124,7 +124,7 @@ void mla_prefill_sparse(const MlaPrefillSparseArgs& a, const MlaPrefillSparsePla
   check_matches_plan(call, plan);
   // Never split: one CTA per token and 64-head tile already fills the machine at prefill
   // token counts, and an unsplit run writes max_logit and needs no workspace.
-  sparse_detail::launch(call.view, call.sizes, plan.config.kernel(), 1, Workspace{},
+  sparse_detail::launch(call.view, call.sizes, plan.config.kernel(), 1, false, Workspace{},
                         static_cast<float*>(a.max_logit.data), stream);
 }
 

@@ -104,11 +104,14 @@ MlaDecodeSparseConfig mla_decode_sparse_default_config(MlaSparseLayout layout, i
 
 // The split over the top-k: each token's key list (main then extra) is cut into
 // num_splits runs of the config's block_n-key tiles; num_splits > 1 writes f32 partials
-// that mla_decode's combine merges (attn_sink applied there). The grid is fixed by the plan.
+// that mla_decode's combine merges (attn_sink applied there), or, with merge_in_cluster,
+// the narrow kernel's CTAs of a token form one cluster and merge there (no combine; the
+// workspace is sized for partials either way). The grid is fixed by the plan.
 struct MlaDecodeSparsePlan {
   MlaDecodeSparseShape shape;
   MlaDecodeSparseConfig config;
   int num_splits = 1;
+  bool merge_in_cluster = false;  // narrow at 2, 4 or 8 splits when their clusters run at once
   size_t workspace_bytes = 0;
 };
 
