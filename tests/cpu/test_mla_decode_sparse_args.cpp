@@ -153,7 +153,14 @@ TEST_CASE("mla_decode_sparse splits the top-k only to fill the SMs", "[mla_decod
   s.batch = 64, s.q_len = 1, s.num_heads = 8;
   CHECK(mla_decode_sparse_splits(s, 132) == 2);  // 64 CTAs: one wave of 128, runs of 16 tiles
   s.batch = 128;
-  CHECK(mla_decode_sparse_splits(s, 132) == 1);  // 128 CTAs: one wave (two of 16 tiles tie)
+  CHECK(mla_decode_sparse_splits(s, 132) == 1);  // 128 CTAs: one wave (two of 16 tiles cost more)
+  s.batch = 96, s.num_heads = 16;
+  CHECK(mla_decode_sparse_splits(s, 132) == 1);  // 96 CTAs: fewer SMs beat 3 waves of 8 tiles
+  s.batch = 48;
+  CHECK(mla_decode_sparse_splits(s, 132) == 2);  // 48 CTAs: 96 of 16 tiles, not 384 of 4
+  s.batch = 16, s.q_len = 2, s.num_heads = 128;
+  CHECK(mla_decode_sparse_splits(s, 132) == 2);  // 64 CTAs (2 head tiles a token): 128 of 16 tiles
+  s.q_len = 1, s.num_heads = 8;
   s.batch = 1;
   CHECK(mla_decode_sparse_splits(s, 132) == 8);  // 1 CTA: runs of 4 tiles, the shortest
   s.topk = 300;

@@ -57,18 +57,24 @@ int mla_decode_sparse_splits(const MlaDecodeSparseShape& s, int sm_count) {
   if (s.num_splits > 0) return s.num_splits;
   // One CTA per (token, 64-head tile), one CTA per SM. Fewer CTAs than SMs leave SMs idle
   // for the whole call: cut each token's key list into runs, the count that makes waves ×
-  // the longest run least (the fewest on a tie: a split costs the combine), every run at
-  // least 256 keys long so the Q load, pipeline fill and combine stay small against it.
-  // (64 tokens at h 64: 2 runs each instead of 3, 81 against 103 µs on (64, 1, 64, 2048)
-  // fp8, H100, one call.)
+  // (the longest run + a CTA's fixed cost) least (the fewest on a tie: a split costs the
+  // combine), every run at least 256 keys long.
+  // The fixed cost, in 64-key tiles: a CTA that walks one tile takes as long as ~6 in the
+  // middle of a long walk (the indices' and the first rows' latency, the pipeline's fill
+  // and drain, the output; (128, 1, 8, topk 64) fp8 9.0 µs against 1.44 µs a tile at
+  // topk 1024 → 2048, H200). Without it, more waves of shorter runs looked cheaper than
+  // they are: (96, 1, 16, 2048) fp8 took 4 splits, 67.8 µs, against 51.9 unsplit; (48, 1,
+  // 16) 8 splits, 47.8 µs, against 33.8 at 2 (H200, one call). Session 29's choice for 64
+  // tokens at h 64 holds: 2 runs (81 µs) over 3 (103 µs, two waves) on (64, 1, 64, 2048).
+  constexpr int64_t kFixedTiles = 5;
   const int64_t ctas = int64_t{s.batch} * s.q_len * dev::row_tiles(s.num_heads);
   const int64_t tiles = (int64_t{s.topk} + s.topk_extra + 63) / 64;  // of 64 keys, whatever block_n
   if (ctas <= 0 || ctas >= sm_count) return 1;
   int best = 1;
-  int64_t best_cost = tiles;  // one wave of whole lists
+  int64_t best_cost = tiles + kFixedTiles;  // one wave of whole lists
   const int64_t most = std::min<int64_t>(tiles / 4, sparse_detail::kMaxSplits);
   for (int64_t n = 2; n <= most; ++n) {
-    const int64_t cost = (ctas * n + sm_count - 1) / sm_count * ((tiles + n - 1) / n);
+    const int64_t cost = (ctas * n + sm_count - 1) / sm_count * ((tiles + n - 1) / n + kFixedTiles);
     if (cost < best_cost) best = static_cast<int>(n), best_cost = cost;
   }
   return best;
