@@ -79,7 +79,7 @@ ATTNJIT_DEVICE void wait_full(SharedStorage<P>& s, u32 phase) {
   mbarrier_wait(full_bar(s, kBuf, kHalf), phase);
   // The other CTA's copy of this fill was read: its P_even may overwrite the source.
   if constexpr (Traits<P>::kPaired && kBuf == 0 && kHalf == kHi)
-    if (thread_in_warpgroup() == 0) mbarrier_arrive_cluster(&s.x.rope_sent, cluster_cta_rank() ^ 1u);
+    if (thread_in_warpgroup() == 0) mbarrier_arrive_cluster(&s.x.rope_sent, pair_peer());
 }
 
 // WG1, before P_even overwrites buffer 0's rope rows: paired, this CTA's copy of them in the

@@ -15,6 +15,33 @@ namespace attnjit::jit {
 // ---- Kernel -------------------------------------------------------------------------
 
 namespace {
+
+CUlaunchAttribute cluster_attribute(const LaunchShape& shape) {
+  CUlaunchAttribute a{};
+  a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  a.value.clusterDim.x = shape.cluster[0];
+  a.value.clusterDim.y = shape.cluster[1];
+  a.value.clusterDim.z = shape.cluster[2];
+  return a;
+}
+
+// `shape`'s block and shared memory over `grid`, with the attributes given.
+CUlaunchConfig launch_config(const unsigned (&grid)[3], const LaunchShape& shape, CUstream stream,
+                             CUlaunchAttribute* attrs, unsigned n_attrs) {
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = grid[0];
+  cfg.gridDimY = grid[1];
+  cfg.gridDimZ = grid[2];
+  cfg.blockDimX = shape.block[0];
+  cfg.blockDimY = shape.block[1];
+  cfg.blockDimZ = shape.block[2];
+  cfg.sharedMemBytes = shape.dynamic_smem;
+  cfg.hStream = stream;
+  cfg.attrs = n_attrs ? attrs : nullptr;
+  cfg.numAttrs = n_attrs;
+  return cfg;
+}
+
 // jit/launch_count.hpp. Relaxed: a count for tests, ordered with nothing else.
 std::atomic<uint64_t> g_launches{0};
 }  // namespace
@@ -67,21 +94,9 @@ int Kernel::max_active_clusters(const LaunchShape& shape) const {
   prepare_current_device();
   CUfunction fn = nullptr;
   ATTNJIT_CU(cuKernelGetFunction, &fn, kernel_);
-  CUlaunchAttribute attr;
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = shape.cluster[0];
-  attr.value.clusterDim.y = shape.cluster[1];
-  attr.value.clusterDim.z = shape.cluster[2];
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = shape.cluster[0];  // the query reads the cluster's shape, not the grid's
-  cfg.gridDimY = shape.cluster[1];
-  cfg.gridDimZ = shape.cluster[2];
-  cfg.blockDimX = shape.block[0];
-  cfg.blockDimY = shape.block[1];
-  cfg.blockDimZ = shape.block[2];
-  cfg.sharedMemBytes = shape.dynamic_smem;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  CUlaunchAttribute attr = cluster_attribute(shape);
+  // The query reads the cluster's shape, not the grid's.
+  CUlaunchConfig cfg = launch_config(shape.cluster, shape, nullptr, &attr, 1);
   int clusters = 0;
   ATTNJIT_CU(cuOccupancyMaxActiveClusters, &clusters, fn, &cfg);
   return clusters;
@@ -97,29 +112,13 @@ void Kernel::launch(const LaunchShape& shape, CUstream stream, void** args) cons
 
   CUlaunchAttribute attrs[2];
   unsigned n_attrs = 0;
-  if (shape.cluster[0] * shape.cluster[1] * shape.cluster[2] > 1) {
-    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[n_attrs].value.clusterDim.x = shape.cluster[0];
-    attrs[n_attrs].value.clusterDim.y = shape.cluster[1];
-    attrs[n_attrs].value.clusterDim.z = shape.cluster[2];
-    ++n_attrs;
-  }
+  if (shape.cluster[0] * shape.cluster[1] * shape.cluster[2] > 1) attrs[n_attrs++] = cluster_attribute(shape);
   if (shape.programmatic_dependent_launch) {
     attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
     ++n_attrs;
   }
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = shape.grid[0];
-  cfg.gridDimY = shape.grid[1];
-  cfg.gridDimZ = shape.grid[2];
-  cfg.blockDimX = shape.block[0];
-  cfg.blockDimY = shape.block[1];
-  cfg.blockDimZ = shape.block[2];
-  cfg.sharedMemBytes = shape.dynamic_smem;
-  cfg.hStream = stream;
-  cfg.attrs = n_attrs ? attrs : nullptr;
-  cfg.numAttrs = n_attrs;
+  CUlaunchConfig cfg = launch_config(shape.grid, shape, stream, attrs, n_attrs);
   // A CUkernel is accepted wherever a CUfunction is; it launches in the current context.
   CUresult r = api.cuLaunchKernelEx(&cfg, reinterpret_cast<CUfunction>(kernel_), args, nullptr);
   if (r != CUDA_SUCCESS)
