@@ -181,9 +181,9 @@ inline constexpr unsigned kBadExtraLength = 3;
 inline constexpr unsigned kBadQOffsets = 4;
 
 static_assert(sizeof(Pool) == 40 && ATTNJIT_OFFSET_IS(Pool, num_rows, 24), "Pool layout");
-static_assert(sizeof(Args) == 160 && ATTNJIT_OFFSET_IS(Args, merge_in_cluster, 152) && ATTNJIT_OFFSET_IS(Args, sink, 80) &&
+static_assert(sizeof(Args) == 160 && ATTNJIT_OFFSET_IS(Args, sink, 80) &&
                   ATTNJIT_OFFSET_IS(Args, q, 120) && ATTNJIT_OFFSET_IS(Args, scale_log2, 140) &&
-                  ATTNJIT_OFFSET_IS(Args, max_logit, 144),
+                  ATTNJIT_OFFSET_IS(Args, max_logit, 144) && ATTNJIT_OFFSET_IS(Args, merge_in_cluster, 152),
               "mla_decode_sparse::Args layout");
 static_assert(sizeof(QuantArgs) == 40 && sizeof(RemapArgs) == 72, "helper args layout");
 static_assert(sizeof(CheckArgs) == 112 && ATTNJIT_OFFSET_IS(CheckArgs, q, 88), "CheckArgs layout");
