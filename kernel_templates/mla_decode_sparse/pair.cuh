@@ -68,7 +68,7 @@ ATTNJIT_DEVICE void wait_full(SharedStorage<P>& s, u32 phase) {
     const int tid = thread_in_warpgroup();
     if (tid < HalfChunks<kHalf>::kCount) {
       mbarrier_wait(&s.x.landed[kI], phase);
-      const u32 rank = cluster_cta_rank(), peer = rank ^ 1u;
+      const u32 rank = cluster_cta_rank(), peer = pair_peer();
       const u32 src = smem_u32(s.kv) + static_cast<u32>((HalfChunks<kHalf>::kBegin + tid) * KTile<P>::kChunkBytes) +
                       static_cast<u32>(kBuf * Consumers<P>::kBufKeys + kPairRows * static_cast<int>(rank)) * 128u;
       fence_proxy_async_smem();  // the rows came by cp.async (generic proxy); the copy reads them async

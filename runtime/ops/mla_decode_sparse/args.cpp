@@ -250,8 +250,7 @@ void check_matches_plan(const Sizes& s, const MlaDecodeSparsePlan& plan) {
     fail_arg("plan", fmt::format("num_splits {} is not 1..{} (make plans with "
                                  "mla_decode_sparse_plan)",
                                  plan.num_splits, kMaxSplits));
-  if (plan.merge_in_cluster && (plan.config.schedule != MlaSparseSchedule::kNarrow ||
-                                !layout::mla_decode_sparse::narrow_merges_in_cluster(plan.num_splits)))
+  if (plan.merge_in_cluster && !cluster_merge_possible(plan.config, plan.num_splits))
     fail_arg("plan", fmt::format("merge_in_cluster needs the narrow schedule at 2, 4 or 8 splits, got "
                                  "{} splits of {} (make plans with mla_decode_sparse_plan)",
                                  plan.num_splits, plan.config.describe()));

@@ -8,6 +8,7 @@
 
 #include "attnjit/ops/mla_decode_sparse.hpp"
 #include "jit/kernel_table.hpp"
+#include "mla_decode_sparse/layout.cuh"
 #include "ops/field_table.hpp"
 
 namespace attnjit::ops {
@@ -74,10 +75,14 @@ Sizes check_args(const MlaDecodeSparseArgs& a, const MlaDecodeSparseConfig& c);
 void check_shape(const MlaDecodeSparseShape& s, const MlaDecodeSparseConfig& c);
 // A call of sizes `s` is one `plan` was made for; errors name the argument.
 void check_matches_plan(const Sizes& s, const MlaDecodeSparsePlan& plan);
+// Whether config `c`'s kernel can merge a token's `splits` in their cluster at all: the
+// narrow schedule at 2, 4 or 8 splits (layout.cuh). A plan asking for more is refused.
+inline bool cluster_merge_possible(const MlaDecodeSparseConfig& c, int splits) {
+  return c.schedule == MlaSparseSchedule::kNarrow && layout::mla_decode_sparse::narrow_merges_in_cluster(splits);
+}
 // Whether the main kernel (`main`, of config `c`) merges a token's `splits` in their
-// cluster instead of leaving partials for mla_decode's combine: the narrow schedule at 2,
-// 4 or 8 splits (layout.cuh), when every token's cluster runs at once on the current
-// device (clusters stay within a GPC: 32 tokens' clusters of 4 did not, and ran 1.6×
+// cluster instead of leaving partials for mla_decode's combine: when it can
+// (cluster_merge_possible) and every token's cluster runs at once on the current device (clusters stay within a GPC: 32 tokens' clusters of 4 did not, and ran 1.6×
 // slower than the combine, H200). The plan decides; the launches follow it.
 bool merges_in_cluster(const MlaDecodeSparseShape& shape, const MlaDecodeSparseConfig& c, int splits,
                        const jit::Kernel& main);

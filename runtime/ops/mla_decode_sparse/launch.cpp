@@ -84,7 +84,7 @@ namespace sparse_detail {
 
 bool merges_in_cluster(const MlaDecodeSparseShape& shape, const MlaDecodeSparseConfig& c, int splits,
                        const jit::Kernel& main) {
-  if (c.schedule != MlaSparseSchedule::kNarrow || !dev::narrow_merges_in_cluster(splits)) return false;
+  if (!cluster_merge_possible(c, splits)) return false;
   jit::LaunchShape cluster;
   cluster.block[0] = ops::kMlaSparseThreads;
   cluster.dynamic_smem = main.dynamic_smem_bytes();
