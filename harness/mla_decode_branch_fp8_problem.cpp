@@ -328,8 +328,8 @@ class BranchProblem final : public Problem {
     full_run_ = [this, plan, ws, workspace] { mla_decode_branch_fp8(args(0), *plan, ws, nullptr); };
     if (c_.stage != MlaBranchStage::kAll) full_run_();
     const MlaBranchStage stage = c_.stage;
-    p.run = [this, plan, ws, workspace, stage](int i) {
-      mla_decode_branch_fp8_stage(args(i), *plan, ws, nullptr, stage);
+    p.enqueue = [this, plan, ws, workspace, stage](int i, CUstream stream) {
+      mla_decode_branch_fp8_stage(args(i), *plan, ws, stream, stage);
     };
     p.schedule = [this, plan, ws, workspace] { mla_decode_branch_fp8_schedule(*plan, args(0), ws, nullptr); };
     return p;

@@ -207,7 +207,7 @@ class PrefillProblem final : public Problem, public MlaPrefillSparseHooks {
     Prepared p;
     p.config = json::parse(plan.config.to_json());
     p.config_source = config_source(overrides, p.config, heuristic);
-    p.run = [this, plan](int) { mla_prefill_sparse(args(), plan, nullptr); };
+    p.enqueue = [this, plan](int, CUstream stream) { mla_prefill_sparse(args(), plan, stream); };
     return p;
   }
 

@@ -34,9 +34,10 @@ struct Prepared {
   nlohmann::json config;      // the op's canonical config that runs
   std::string config_source;  // "given", "heuristic" or "tuning_db"
   int num_splits = 1;
-  // Enqueues one op call on the null stream reading input copy `i % copies()`; owns its
-  // plan's workspace.
-  std::function<void(int i)> run;
+  // Enqueues one op call on `stream` reading input copy `i % copies()`; owns its plan's
+  // workspace. Graph capturable, as an engine's per-layer call must be.
+  std::function<void(int i, CUstream stream)> enqueue;
+  void run(int i) const { enqueue(i, nullptr); }  // the same call on the null stream
   // Enqueues the per-step schedule again (prepare ran it once): what a decode step pays
   // once before its layers' runs. Empty when the plan's schedule enqueues nothing.
   std::function<void()> schedule;
@@ -128,7 +129,7 @@ Prepared prepared_run(const Plan& plan, const nlohmann::json* overrides, const n
   p.config = nlohmann::json::parse(plan.config.to_json());
   p.config_source = config_source(overrides, p.config, heuristic);
   if constexpr (requires { plan.num_splits; }) p.num_splits = plan.num_splits;
-  p.run = [plan, ws, workspace, args, run](int i) { run(args(i), plan, ws, nullptr); };
+  p.enqueue = [plan, ws, workspace, args, run](int i, CUstream stream) { run(args(i), plan, ws, stream); };
   if constexpr (requires { plan.balanced; })  // the plans whose schedule launches a kernel
     if (plan.balanced)
       p.schedule = [plan, ws, workspace, args, schedule] { schedule(plan, args(0), ws, nullptr); };

@@ -74,7 +74,7 @@ class ProbeProblem final : public harness::Problem {
     harness::Prepared out;
     out.config = to_json(p);
     out.config_source = overrides ? "given" : "heuristic";
-    out.run = [this, &k, p](int) {
+    out.enqueue = [this, &k, p](int, CUstream stream) {
       jit::LaunchShape shape;
       shape.grid[0] = static_cast<unsigned>(std::min(1024, (n_ + p.threads - 1) / p.threads));
       shape.block[0] = static_cast<unsigned>(p.threads);
@@ -82,7 +82,7 @@ class ProbeProblem final : public harness::Problem {
       void* dst = dst_.data();
       int n = n_;
       void* args[] = {&src, &dst, &n};
-      k.launch(shape, nullptr, args);
+      k.launch(shape, stream, args);
     };
     return out;
   }

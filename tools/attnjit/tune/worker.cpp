@@ -80,7 +80,7 @@ int worker_main(int device, const std::vector<harness::ProblemKind>& kinds) {
           answer({{"status", "mismatch"}, {"error", why}});
           continue;
         }
-        const double ms = cli::median_ms(warmup, iters, candidate.run);
+        const double ms = cli::median_ms(warmup, iters, [&](int i) { candidate.run(i); });
         answer({{"status", "ok"}, {"us", ms * 1e3}});
       } else {
         answer({{"status", "launch_failed"}, {"error", fmt::format("worker: unknown cmd '{}'", cmd)}});
