@@ -89,6 +89,20 @@ void parallel_for(size_t n, F&& f) {
   if (error) std::rethrow_exception(error);
 }
 
+// x [K] (K a multiple of 128) as a projection kernel sees it: each 128-value group
+// quantized on the fly (σ = f32(min(amax, 1200) / 448), code = e4m3(f32(x / σ))), then
+// dequantized exactly: the values its fp8 wgmma multiplies.
+void quantize_activations(const double* x, int k_dim, double* out) {
+  const auto& e4m3 = e4m3_table();
+  for (int g = 0; g < k_dim; g += kBlk) {
+    float amax = 0.0f;
+    for (int k = g; k < g + kBlk; ++k) amax = std::fmax(amax, std::fabs(static_cast<float>(x[k])));
+    const float s = std::fmin(amax, br::kActAmaxCap) / br::kE4M3Max;
+    for (int k = g; k < g + kBlk; ++k)
+      out[k] = s == 0.0f ? 0.0 : double(s) * e4m3[attnjit::e4m3_from_float(static_cast<float>(x[k]) / s)];
+  }
+}
+
 void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(what);
 }
@@ -399,32 +413,48 @@ void compute_task(const MlaBranchProblem& p, const Task& task, MlaBranchReferenc
     const float* qs = p.q.data() + (size_t(row.t) * size_t(p.heads) + size_t(row.h)) * kMlaBranchQDim;
     for (int d = 0; d < kMlaBranchQDim; ++d) in[d] = qs[d];
     const double* wuk = p.w_uk.data() + size_t(row.h) * kLat * kMlaBranchNope;  // [512, 128]
-    for (int n = 0; n < kLat; ++n) q[n] = dot(in, wuk + size_t(n) * kMlaBranchNope, kMlaBranchNope);
-    rope(in + kMlaBranchNope, p.freqs_cis.data() + size_t(visible - 1) * kRope, q + kLat);
-
+    const double* wuv = p.w_uv.data() + size_t(row.h) * kMlaBranchVDim * kLat;  // [128, 512]
     const size_t n_keys = positions.size() + n_extra;
     auto key = [&](size_t j) {  // the main list's rows, then the extra cache's
       return j < positions.size() ? keys.data() + size_t(positions[j]) * kRow
                                   : extra.data() + (j - positions.size()) * kRow;
     };
-    double m = -kInf, sum = 0.0;
-    for (size_t j = 0; j < n_keys; ++j) {
-      scores[j] = dot(q, key(j), kRow) * p.softmax_scale;
-      m = std::max(m, scores[j]);
-    }
     const double sink = p.sink.empty() ? -kInf : double(p.sink[size_t(row.h)]);
-    m = std::max(m, sink);
-    std::fill(raw, raw + kLat, 0.0);
-    for (size_t j = 0; j < n_keys; ++j) {
-      const double w = std::exp(scores[j] - m);
-      const double* k = key(j);
-      sum += w;
-      for (int d = 0; d < kLat; ++d) raw[d] += w * k[d];
-    }
-    if (sink > -kInf) sum += std::exp(sink - m);  // the denominator only
-    const double* wuv = p.w_uv.data() + size_t(row.h) * kMlaBranchVDim * kLat;  // [128, 512]
-    for (int n = 0; n < kMlaBranchVDim; ++n)
-      r.out[slot * kMlaBranchVDim + size_t(n)] = n_keys == 0 ? 0.0 : dot(raw, wuv + size_t(n) * kLat, kLat) / sum;
+    // raw [512] = the softmax-weighted sum of the keys' first 512 dims for the absorbed q
+    // [576]: all 0 without keys.
+    auto attend = [&](const double* qv, double* raw) {
+      double m = -kInf, sum = 0.0;
+      for (size_t j = 0; j < n_keys; ++j) {
+        scores[j] = dot(qv, key(j), kRow) * p.softmax_scale;
+        m = std::max(m, scores[j]);
+      }
+      m = std::max(m, sink);
+      std::fill(raw, raw + kLat, 0.0);
+      for (size_t j = 0; j < n_keys; ++j) {
+        const double w = std::exp(scores[j] - m);
+        const double* k = key(j);
+        sum += w;
+        for (int d = 0; d < kLat; ++d) raw[d] += w * k[d];
+      }
+      if (sink > -kInf) sum += std::exp(sink - m);  // the denominator only
+      for (int d = 0; d < kLat && n_keys > 0; ++d) raw[d] /= sum;
+    };
+    auto bf16 = [](double x) { return double(bf16_value(bf16_round(static_cast<float>(x)))); };
+    // The ideal chain: nothing quantized or rounded.
+    for (int n = 0; n < kLat; ++n) q[n] = dot(in, wuk + size_t(n) * kMlaBranchNope, kMlaBranchNope);
+    rope(in + kMlaBranchNope, p.freqs_cis.data() + size_t(visible - 1) * kRope, q + kLat);
+    attend(q, raw);
+    for (int n = 0; n < kMlaBranchVDim; ++n) r.out[slot * kMlaBranchVDim + size_t(n)] = dot(raw, wuv + size_t(n) * kLat, kLat);
+    // The quantized twin: each projection's activations quantized as its kernel does, the
+    // absorbed q and the attention output rounded to bf16 where the branch stores them.
+    double q8[kLat];
+    quantize_activations(in, kMlaBranchNope, q8);
+    for (int n = 0; n < kLat; ++n) q[n] = bf16(dot(q8, wuk + size_t(n) * kMlaBranchNope, kMlaBranchNope));
+    for (int d = kLat; d < kRow; ++d) q[d] = bf16(q[d]);
+    attend(q, raw);
+    for (int d = 0; d < kLat; ++d) raw[d] = bf16(raw[d]);
+    quantize_activations(raw, kLat, q8);
+    for (int n = 0; n < kMlaBranchVDim; ++n) r.twin[slot * kMlaBranchVDim + size_t(n)] = dot(q8, wuv + size_t(n) * kLat, kLat);
     r.keys[slot] = static_cast<int>(n_keys);
   }
 }
@@ -461,6 +491,7 @@ MlaBranchReference mla_branch_reference(const MlaBranchProblem& p, std::span<con
     r.rows.assign(rows.begin(), rows.end());
   }
   r.out.assign(r.rows.size() * kMlaBranchVDim, std::numeric_limits<double>::quiet_NaN());
+  r.twin.assign(r.rows.size() * kMlaBranchVDim, std::numeric_limits<double>::quiet_NaN());
   r.keys.assign(r.rows.size(), 0);
 
   std::vector<std::vector<size_t>> by_seq(size_t(p.batch));  // row slots per sequence
@@ -495,13 +526,14 @@ MlaBranchReference mla_branch_reference(const MlaBranchProblem& p, std::span<con
 namespace {
 
 // Σ g², Σ r², Σ g·r and Σ (g − r)² over the reference's rows.
-std::array<double, 4> sums(std::span<const float> gpu, const MlaBranchReference& ref) {
+std::array<double, 4> sums(std::span<const float> gpu, const MlaBranchReference& ref, MlaBranchChain chain) {
+  const std::vector<double>& want = chain == MlaBranchChain::kIdeal ? ref.out : ref.twin;
   double gg = 0.0, rr = 0.0, gr = 0.0, diff = 0.0;
   for (size_t i = 0; i < ref.rows.size(); ++i) {
     const size_t at = (size_t(ref.rows[i].t) * size_t(ref.heads) + size_t(ref.rows[i].h)) * kMlaBranchVDim;
     require(at + kMlaBranchVDim <= gpu.size(), "mla_branch_cosine / rel_l2: gpu is smaller than [tokens, heads, 128]");
     for (size_t n = 0; n < kMlaBranchVDim; ++n) {
-      const double g = gpu[at + n], r = ref.out[i * kMlaBranchVDim + n];
+      const double g = gpu[at + n], r = want[i * kMlaBranchVDim + n];
       gg += g * g, rr += r * r, gr += g * r, diff += (g - r) * (g - r);
     }
   }
@@ -510,16 +542,25 @@ std::array<double, 4> sums(std::span<const float> gpu, const MlaBranchReference&
 
 }  // namespace
 
-double mla_branch_cosine(std::span<const float> gpu, const MlaBranchReference& ref) {
-  const auto [gg, rr, gr, diff] = sums(gpu, ref);
+double mla_branch_cosine(std::span<const float> gpu, const MlaBranchReference& ref, MlaBranchChain chain) {
+  const auto [gg, rr, gr, diff] = sums(gpu, ref, chain);
   if (std::isnan(gr) || gg == 0.0 || rr == 0.0) return std::isnan(gr) ? gr : gg == 0.0 && rr == 0.0 ? 1.0 : 0.0;
   return gr / std::sqrt(gg * rr);
 }
 
-double mla_branch_rel_l2(std::span<const float> gpu, const MlaBranchReference& ref) {
-  const auto [gg, rr, gr, diff] = sums(gpu, ref);
+double mla_branch_rel_l2(std::span<const float> gpu, const MlaBranchReference& ref, MlaBranchChain chain) {
+  const auto [gg, rr, gr, diff] = sums(gpu, ref, chain);
   if (rr == 0.0) return diff == 0.0 ? 0.0 : std::isnan(diff) ? diff : kInf;
   return std::sqrt(diff / rr);
+}
+
+double mla_branch_twin_rel_l2(const MlaBranchReference& ref) {
+  double diff = 0.0, rr = 0.0;
+  for (size_t i = 0; i < ref.out.size(); ++i) {
+    diff += (ref.twin[i] - ref.out[i]) * (ref.twin[i] - ref.out[i]);
+    rr += ref.out[i] * ref.out[i];
+  }
+  return rr == 0.0 ? std::sqrt(diff) : std::sqrt(diff / rr);
 }
 
 }  // namespace attnjit::harness

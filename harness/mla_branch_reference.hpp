@@ -194,7 +194,13 @@ struct MlaBranchRow {
 struct MlaBranchReference {
   int heads = 0;
   std::vector<MlaBranchRow> rows;
-  std::vector<double> out;  // [rows.size(), 128]
+  std::vector<double> out;   // [rows.size(), 128]: the ideal chain
+  // [rows.size(), 128]: the quantized twin — q_nope and the attention output quantized per
+  // 128-value group as the projection kernels do (σ = min(amax, 1200) / 448, e4m3), the
+  // absorbed q and the attention output rounded to bf16; the cache and the softmax exact.
+  // The distance from `out` to it is the fp8 error model of the projections, evaluated on
+  // these inputs.
+  std::vector<double> twin;
   std::vector<int> keys;    // [rows.size()]: keys each row attends (p + 1, or its list's size)
 };
 
@@ -212,7 +218,12 @@ MlaBranchReference mla_branch_reference(const MlaBranchProblem& p,
 // Over the reference's rows of gpu [tokens, heads, 128] (the GPU output as floats): the
 // cosine Σ g·r / (‖g‖·‖r‖) and ‖g − r‖ / ‖r‖. A NaN in gpu gives NaN (which fails any `>=`
 // or `<=` limit). A zero-norm side gives cosine 1 when both are zero, else 0.
-double mla_branch_cosine(std::span<const float> gpu, const MlaBranchReference& ref);
-double mla_branch_rel_l2(std::span<const float> gpu, const MlaBranchReference& ref);
+// ‖twin − out‖ / ‖out‖ over the reference's rows: the projections' fp8 error on its inputs.
+double mla_branch_twin_rel_l2(const MlaBranchReference& ref);
+enum class MlaBranchChain { kIdeal, kTwin };  // MlaBranchReference::out or ::twin
+double mla_branch_cosine(std::span<const float> gpu, const MlaBranchReference& ref,
+                         MlaBranchChain chain = MlaBranchChain::kIdeal);
+double mla_branch_rel_l2(std::span<const float> gpu, const MlaBranchReference& ref,
+                         MlaBranchChain chain = MlaBranchChain::kIdeal);
 
 }  // namespace attnjit::harness

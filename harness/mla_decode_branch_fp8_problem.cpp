@@ -42,12 +42,18 @@ constexpr int kChunkRows = kBranchPoolPeriod;
 constexpr int kMaxWeightCopies = 64;  // h 16: 2 MiB of weights per copy
 constexpr int kExtraRows = 512;       // the sparse extra cache's rows
 
-// The fp8 error model of the whole branch against its unquantized float64 twin: e4m3
-// rounds by at most 2^-4 relative, ~2^-4/√3 RMS per value; the activations are quantized
-// twice (absorption, output projection) and, on the fp8 cache, q and the cache rows once
-// more. Independent errors add in quadrature: ~0.036 per quantization step, so rel-L2
-// ≤ 0.06 (bf16 cache: two steps) and ≤ 0.09 (fp8: four), cosine ≥ 1 − rel²/2.
-constexpr double kRelL2Bf16 = 0.06, kRelL2Fp8 = 0.09;
+// The whole branch is judged against the reference's quantized twin (the projections'
+// activations quantized as the kernels do), whose distance to the ideal float64 branch is
+// the fp8 error model evaluated on the case's own inputs: ~0.04–0.06 on random data, more
+// where the softmax is sharp (a score error moves p by the same relative amount). What the
+// twin leaves out: bf16 P in the attention and the accumulation order, ~2^-8 relative per
+// value, and the quantization codes those shift by one e4m3 step (a few % of the values,
+// 2^-4 each: ~0.01; measured 0.006–0.014 on the bench rows, H200, session 33). On the
+// 640-byte cache also σ_Q's quantization of the absorbed q (one more e4m3 step, the
+// size of the twin's own) and the narrow kernel's e4m3 P′ (~0.01): measured 0.048–0.054.
+// The 656-byte cache's old rows are decoded exactly by the reference; its new rows' codes
+// are one key among thousands.
+constexpr double kTwinLimit = 0.025, kTwinLimitFp8 = 0.075;
 
 std::vector<uint16_t> draw_bf16(size_t n, float mean, float sd, std::mt19937_64& gen) {
   std::normal_distribution<float> d(mean, sd);
@@ -470,17 +476,29 @@ Verdict BranchProblem::check(int sampled_rows) const {
       };
   }
   const MlaBranchReference ref = mla_branch_reference(p, sample);
+  // Against the quantized twin the branch differs only by what the twin leaves out (the
+  // kernels' bf16 P and accumulation order, the quantization codes those move by one step
+  // and, on the fp8 caches, q quantized again and the new rows' codes): kTwinLimit. Against
+  // the ideal chain it may differ by the twin's own distance (the fp8 error model on these
+  // inputs) plus that, by the triangle inequality.
+  const double twin_rel = sample.empty() ? 0.0 : mla_branch_twin_rel_l2(ref);
+  const double rel_twin = sample.empty() ? 0.0 : mla_branch_rel_l2(out, ref, MlaBranchChain::kTwin);
   const double cosine = sample.empty() ? 1.0 : mla_branch_cosine(out, ref);
   const double rel_l2 = sample.empty() ? 0.0 : mla_branch_rel_l2(out, ref);
-  const double rel_limit = c_.fp8 || c_.block ? kRelL2Fp8 : kRelL2Bf16;
+  const double twin_limit = c_.fp8 ? kTwinLimitFp8 : kTwinLimit;
+  const double rel_limit = twin_rel + twin_limit;
   const double cos_limit = 1.0 - rel_limit * rel_limit / 2.0;
 
   Verdict v;
-  v.passed = rows_cmp.passed && touched == 0 && nonfinite == 0 && rel_l2 <= rel_limit && cosine >= cos_limit;
-  v.summary = fmt::format("out: cosine {:.6f} (>= {:.5f}), rel_l2 {:.4f} (<= {}) over {} rows, {} non-finite; "
+  v.passed = rows_cmp.passed && touched == 0 && nonfinite == 0 && rel_twin <= twin_limit && rel_l2 <= rel_limit &&
+             cosine >= cos_limit;
+  v.summary = fmt::format("out: rel_l2 {:.4f} to the quantized twin (<= {}), to the ideal branch {:.4f} (<= {:.4f}: "
+                          "the twin's own {:.4f} + {}), cosine {:.6f} (>= {:.5f}) over {} rows, {} non-finite; "
                           "new cache rows: {}; other pool rows changed: {}",
-                          cosine, cos_limit, rel_l2, rel_limit, sample.size(), nonfinite, rows_cmp.summary(), touched);
+                          rel_twin, twin_limit, rel_l2, rel_limit, twin_rel, twin_limit, cosine, cos_limit,
+                          sample.size(), nonfinite, rows_cmp.summary(), touched);
   v.numbers = {{"passed", v.passed},       {"cosine", cosine},          {"rel_l2", rel_l2},
+               {"rel_l2_twin", rel_twin},  {"twin_rel_l2", twin_rel},
                {"rows_checked", static_cast<int64_t>(sample.size())}, {"nonfinite_out", nonfinite},
                {"cache_rows_passed", rows_cmp.passed}, {"cache_worst_ratio", rows_cmp.worst_ratio},
                {"untouched_rows_changed", touched}};
