@@ -3,9 +3,16 @@
 
 Counts passed/failed/skipped test cases from the Catch2 JUnit files (a case whose
 output says SKIPPED counts as skipped, and any skip fails the run), and collects the
-benchmark JSON lines."""
+benchmark JSON lines.
+
+    summarize_results.py OUT [--build-failed]
+    summarize_results.py MERGED PART_OUT...   (a run made in parts, gpu_run.sh's header)
+
+With parts, MERGED gets their union: the tests from the parts that ran them, every part's
+benchmark lines; the parts must come from one build (their version.txt agree)."""
 import json
 import os
+import shutil
 import sys
 import xml.etree.ElementTree as ET
 
@@ -58,9 +65,48 @@ def mha_ratios(benchmarks):
     return rows
 
 
+def merge_parts(out, parts):
+    """Copies the parts' results into `out`: each test kind's JUnit file from the one part
+    that has it, the benchmark lines of all, gpu.txt and version.txt from the first part.
+    Returns "" or what makes the parts unmergeable."""
+    os.makedirs(out, exist_ok=True)
+    versions = {open(os.path.join(p, "version.txt")).read().strip()
+                for p in parts if os.path.exists(os.path.join(p, "version.txt"))}
+    if len(versions) > 1:
+        return f"parts come from different builds: {sorted(versions)}"
+    for name in ("gpu.txt", "version.txt"):
+        for p in parts:
+            if os.path.exists(os.path.join(p, name)):
+                shutil.copy(os.path.join(p, name), os.path.join(out, name))
+                break
+    for kind in ("cpu", "gpu"):
+        have = [p for p in parts if os.path.exists(os.path.join(p, f"tests-{kind}.xml"))]
+        if len(have) > 1:
+            return f"tests-{kind}.xml is in more than one part: {have}"
+        if have:
+            shutil.copy(os.path.join(have[0], f"tests-{kind}.xml"), os.path.join(out, f"tests-{kind}.xml"))
+    for p in parts:  # a part that ran the sanitizers (a failed one wins)
+        path = os.path.join(p, "sanitize-status.txt")
+        if os.path.exists(path) and (not os.path.exists(os.path.join(out, "sanitize-status.txt"))
+                                     or open(path).read().strip() != "0"):
+            shutil.copy(path, os.path.join(out, "sanitize-status.txt"))
+    with open(os.path.join(out, "bench.jsonl"), "w") as merged:
+        for p in parts:
+            path = os.path.join(p, "bench.jsonl")
+            if os.path.exists(path):
+                merged.write(open(path).read())
+    return ""
+
+
 def main():
-    out = sys.argv[1]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out = args[0]
     build_failed = "--build-failed" in sys.argv
+    if len(args) > 1:
+        why = merge_parts(out, args[1:])
+        if why:
+            print("RESULT: FAIL:", why)
+            return 1
     gpu = open(os.path.join(out, "gpu.txt")).read().strip() if os.path.exists(os.path.join(out, "gpu.txt")) else "?"
     version_path = os.path.join(out, "version.txt")  # `attnjit --version`: commit and templates digest
     version = open(version_path).read().strip() if os.path.exists(version_path) else "?"
@@ -72,6 +118,10 @@ def main():
             c = junit_counts(os.path.join(out, f"tests-{kind}.xml"))
             results["tests"][kind] = c
             ok = ok and c["failed"] == 0 and c["skipped"] == 0
+        sanitize = os.path.join(out, "sanitize-status.txt")
+        if os.path.exists(sanitize):
+            results["sanitizers_ok"] = open(sanitize).read().strip() == "0"
+            ok = ok and results["sanitizers_ok"]
         bench = os.path.join(out, "bench.jsonl")
         if os.path.exists(bench):
             for line in open(bench):
@@ -87,6 +137,8 @@ def main():
         print(f"{kind} tests: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped")
         for f in c["failures"]:
             print("  FAILED", f)
+    if "sanitizers_ok" in results:
+        print("sanitizers:", "clean (or known reports only)" if results["sanitizers_ok"] else "FAILED")
     for b in results["benchmarks"]:
         if b.get("op") == "tma_copy" and "median_us" not in b:
             print(f"tma_copy {json.dumps(b.get('shape'))}: {b.get('error', 'no timing')}")
