@@ -478,7 +478,7 @@ Verdict BranchProblem::check(int sampled_rows) const {
   const MlaBranchReference ref = mla_branch_reference(p, sample);
   // Against the quantized twin the branch differs only by what the twin leaves out (the
   // kernels' bf16 P and accumulation order, the quantization codes those move by one step
-  // and, on the fp8 caches, q quantized again and the new rows' codes): kTwinLimit. Against
+  // and, on the 640-byte cache, q quantized again and e4m3 P′): the twin limit. Against
   // the ideal chain it may differ by the twin's own distance (the fp8 error model on these
   // inputs) plus that, by the triangle inequality.
   const double twin_rel = sample.empty() ? 0.0 : mla_branch_twin_rel_l2(ref);
