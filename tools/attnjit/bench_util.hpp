@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <vector>
 
 #include "attnjit/types.hpp"
@@ -22,26 +21,40 @@ using Buffer = harness::DeviceBuffer;
 using harness::from_bits;
 using harness::to_bits;
 
-// Median milliseconds of `iters` event-timed calls of fn(i), after `warmup` calls.
+// The median milliseconds of `iters` event pairs recorded on `stream`, pair i around timed(i).
 template <class Fn>
-double median_ms(int warmup, int iters, Fn&& fn) {
-  const driver::Api& api = driver::api();
-  for (int i = 0; i < warmup; ++i) fn(i);
-  std::vector<CUevent> ev(static_cast<size_t>(2 * iters));
-  for (auto& e : ev) ATTNJIT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT);
-  for (int i = 0; i < iters; ++i) {
-    ATTNJIT_CU(cuEventRecord, ev[2 * static_cast<size_t>(i)], nullptr);
-    fn(warmup + i);
-    ATTNJIT_CU(cuEventRecord, ev[2 * static_cast<size_t>(i) + 1], nullptr);
+double median_event_ms(int iters, CUstream stream, Fn&& timed) {
+  struct Events {  // destroyed on every way out
+    std::vector<CUevent> v;
+    ~Events() {
+      for (CUevent e : v) driver::api().cuEventDestroy(e);
+    }
+  } ev;
+  for (int i = 0; i < 2 * iters; ++i) {
+    CUevent e;
+    ATTNJIT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT);
+    ev.v.push_back(e);
   }
-  ATTNJIT_CU(cuEventSynchronize, ev.back());
+  for (int i = 0; i < iters; ++i) {
+    ATTNJIT_CU(cuEventRecord, ev.v[2 * static_cast<size_t>(i)], stream);
+    timed(i);
+    ATTNJIT_CU(cuEventRecord, ev.v[2 * static_cast<size_t>(i) + 1], stream);
+  }
+  ATTNJIT_CU(cuEventSynchronize, ev.v.back());
   std::vector<float> ms(static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i)
-    ATTNJIT_CU(cuEventElapsedTime, &ms[static_cast<size_t>(i)], ev[2 * static_cast<size_t>(i)],
-               ev[2 * static_cast<size_t>(i) + 1]);
-  for (auto& e : ev) api.cuEventDestroy(e);
+    ATTNJIT_CU(cuEventElapsedTime, &ms[static_cast<size_t>(i)], ev.v[2 * static_cast<size_t>(i)],
+               ev.v[2 * static_cast<size_t>(i) + 1]);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// Median milliseconds of `iters` event-timed calls of fn(i) on the null stream, after
+// `warmup` calls.
+template <class Fn>
+double median_ms(int warmup, int iters, Fn&& fn) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  return median_event_ms(iters, nullptr, [&](int i) { fn(warmup + i); });
 }
 
 // Median milliseconds per call when `calls` consecutive calls enqueue(i, stream) are
@@ -52,41 +65,29 @@ double median_ms(int warmup, int iters, Fn&& fn) {
 // before. Inputs rotate as in median_ms (call i reads copy i % copies).
 template <class Fn>
 double graph_median_ms(int calls, int warmup, int iters, Fn&& enqueue) {
-  const driver::Api& api = driver::api();
-  CUstream stream;
-  ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
-  CUgraph graph = nullptr;
-  ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  struct Captured {  // the stream, its captured graph and the graph's executable
+    CUstream stream = nullptr;
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    ~Captured() {
+      const driver::Api& api = driver::api();
+      if (exec) api.cuGraphExecDestroy(exec);
+      if (graph) api.cuGraphDestroy(graph);
+      if (stream) api.cuStreamDestroy(stream);
+    }
+  } g;
+  ATTNJIT_CU(cuStreamCreate, &g.stream, CU_STREAM_NON_BLOCKING);
+  ATTNJIT_CU(cuStreamBeginCapture, g.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   try {
-    for (int i = 0; i < calls; ++i) enqueue(i, stream);
+    for (int i = 0; i < calls; ++i) enqueue(i, g.stream);
   } catch (...) {
-    // End the capture (discarding it) so the stream can be destroyed, then report.
-    if (api.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph) api.cuGraphDestroy(graph);
-    api.cuStreamDestroy(stream);
+    driver::api().cuStreamEndCapture(g.stream, &g.graph);  // ends (discards) the capture
     throw;
   }
-  ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
-  CUgraphExec exec;
-  ATTNJIT_CU(cuGraphInstantiate, &exec, graph, 0);
-  for (int i = 0; i < warmup; ++i) ATTNJIT_CU(cuGraphLaunch, exec, stream);
-  std::vector<CUevent> ev(static_cast<size_t>(2 * iters));
-  for (auto& e : ev) ATTNJIT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT);
-  for (int i = 0; i < iters; ++i) {
-    ATTNJIT_CU(cuEventRecord, ev[2 * static_cast<size_t>(i)], stream);
-    ATTNJIT_CU(cuGraphLaunch, exec, stream);
-    ATTNJIT_CU(cuEventRecord, ev[2 * static_cast<size_t>(i) + 1], stream);
-  }
-  ATTNJIT_CU(cuEventSynchronize, ev.back());
-  std::vector<float> ms(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i)
-    ATTNJIT_CU(cuEventElapsedTime, &ms[static_cast<size_t>(i)], ev[2 * static_cast<size_t>(i)],
-               ev[2 * static_cast<size_t>(i) + 1]);
-  for (auto& e : ev) api.cuEventDestroy(e);
-  api.cuGraphExecDestroy(exec);
-  api.cuGraphDestroy(graph);
-  api.cuStreamDestroy(stream);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] / calls;
+  ATTNJIT_CU(cuStreamEndCapture, g.stream, &g.graph);
+  ATTNJIT_CU(cuGraphInstantiate, &g.exec, g.graph, 0);
+  for (int i = 0; i < warmup; ++i) ATTNJIT_CU(cuGraphLaunch, g.exec, g.stream);
+  return median_event_ms(iters, g.stream, [&](int) { ATTNJIT_CU(cuGraphLaunch, g.exec, g.stream); }) / calls;
 }
 
 }  // namespace attnjit::cli
