@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "attnjit/error.hpp"
@@ -325,42 +327,58 @@ TEST_CASE("mla_decode_branch_fp8's rope stage: q bit for bit, hostile positions 
   }
 }
 
-TEST_CASE("mla_decode_branch_fp8 replays from a CUDA graph with new activations", "[gpu][mla_decode_branch_fp8][graph]") {
-  if (!test::gpu_or_skip()) return;
+namespace {
+
+// Captures the step's schedule and branch on a fresh stream, then replays the graph twice,
+// the second time after `refresh` changed inputs in place: each replay must write exactly
+// what a direct call on the same inputs writes, and nothing non-finite. Returns both
+// replays' outputs.
+std::array<std::vector<uint16_t>, 2> replay_twice(Step& s, const MlaDecodeBranchFp8Args& a,
+                                                  const std::function<void()>& refresh) {
   const driver::Api& api = driver::api();
-  Step s(false);
-  const MlaDecodeBranchFp8Args a = s.args();
   const MlaDecodeBranchFp8Plan plan = mla_decode_branch_fp8_plan(mla_decode_branch_fp8_shape(a, 3));
   harness::DeviceBuffer ws(plan.workspace_bytes);
   const Workspace w{ws.data(), plan.workspace_bytes};
   CUstream stream;
   ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
-  auto direct = [&] {
+  auto enqueue = [&] {
     mla_decode_branch_fp8_schedule(plan, a, w, stream);
     mla_decode_branch_fp8(a, plan, w, stream);
+  };
+  auto output = [&] {
     ATTNJIT_CU(cuStreamSynchronize, stream);
     return s.out_d.download_as<uint16_t>(s.out_d.bytes() / 2);
   };
   ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
-  mla_decode_branch_fp8_schedule(plan, a, w, stream);
-  mla_decode_branch_fp8(a, plan, w, stream);
+  enqueue();
   CUgraph graph;
   ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
   CUgraphExec exec;
   ATTNJIT_CU(cuGraphInstantiate, &exec, graph, 0);
+  std::array<std::vector<uint16_t>, 2> got;
   for (int round = 0; round < 2; ++round) {
-    if (round == 1) s.q_d.upload(bf16_draw(s.q.size(), 0.0f, 1.0f));  // new activations
-    const auto want = direct();
+    if (round == 1) refresh();
+    enqueue();
+    const auto want = output();
     s.out_d.fill_byte(0xFF);
     ATTNJIT_CU(cuGraphLaunch, exec, stream);
-    ATTNJIT_CU(cuStreamSynchronize, stream);
-    const auto got = s.out_d.download_as<uint16_t>(s.out_d.bytes() / 2);
-    CHECK(got == want);
-    CHECK(std::none_of(got.begin(), got.end(), [](uint16_t x) { return (x & 0x7f80) == 0x7f80; }));
+    got[size_t(round)] = output();
+    CHECK(got[size_t(round)] == want);
+    CHECK(std::none_of(got[size_t(round)].begin(), got[size_t(round)].end(),
+                       [](uint16_t x) { return (x & 0x7f80) == 0x7f80; }));
   }
   api.cuGraphExecDestroy(exec);
   api.cuGraphDestroy(graph);
   api.cuStreamDestroy(stream);
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("mla_decode_branch_fp8 replays from a CUDA graph with new activations", "[gpu][mla_decode_branch_fp8][graph]") {
+  if (!test::gpu_or_skip()) return;
+  Step s(false);
+  replay_twice(s, s.args(), [&] { s.q_d.upload(bf16_draw(s.q.size(), 0.0f, 1.0f)); });
 }
 
 // Sparse attention inside the captured branch: new activations and new index lists between
@@ -368,7 +386,6 @@ TEST_CASE("mla_decode_branch_fp8 replays from a CUDA graph with new activations"
 TEST_CASE("mla_decode_branch_fp8 (sparse) replays from a CUDA graph with new indices",
           "[gpu][mla_decode_branch_fp8][graph]") {
   if (!test::gpu_or_skip()) return;
-  const driver::Api& api = driver::api();
   Step s(false);
   constexpr int kTopk = 40, kRows = Step::kPages * Step::kPage;
   auto draw_indices = [] {
@@ -385,42 +402,10 @@ TEST_CASE("mla_decode_branch_fp8 (sparse) replays from a CUDA graph with new ind
   MlaDecodeBranchFp8Args a = s.args();
   a.indices = TensorView::contiguous(idx_d.data(), DType::kI32, {5, kTopk});
   a.attn_sink = TensorView::contiguous(sink_d.data(), DType::kF32, {Step::kH});
-  const MlaDecodeBranchFp8Plan plan = mla_decode_branch_fp8_plan(mla_decode_branch_fp8_shape(a, 3));
-  REQUIRE(plan.shape.topk == kTopk);
-  harness::DeviceBuffer ws(plan.workspace_bytes);
-  const Workspace w{ws.data(), plan.workspace_bytes};
-  CUstream stream;
-  ATTNJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
-  auto direct = [&] {
-    mla_decode_branch_fp8_schedule(plan, a, w, stream);
-    mla_decode_branch_fp8(a, plan, w, stream);
-    ATTNJIT_CU(cuStreamSynchronize, stream);
-    return s.out_d.download_as<uint16_t>(s.out_d.bytes() / 2);
-  };
-  ATTNJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
-  mla_decode_branch_fp8_schedule(plan, a, w, stream);
-  mla_decode_branch_fp8(a, plan, w, stream);
-  CUgraph graph;
-  ATTNJIT_CU(cuStreamEndCapture, stream, &graph);
-  CUgraphExec exec;
-  ATTNJIT_CU(cuGraphInstantiate, &exec, graph, 0);
-  std::vector<uint16_t> first;
-  for (int round = 0; round < 2; ++round) {
-    if (round == 1) {
-      s.q_d.upload(bf16_draw(s.q.size(), 0.0f, 1.0f));
-      idx_d.upload(draw_indices());
-    }
-    const auto want = direct();
-    s.out_d.fill_byte(0xFF);
-    ATTNJIT_CU(cuGraphLaunch, exec, stream);
-    ATTNJIT_CU(cuStreamSynchronize, stream);
-    const auto got = s.out_d.download_as<uint16_t>(s.out_d.bytes() / 2);
-    CHECK(got == want);
-    CHECK(std::none_of(got.begin(), got.end(), [](uint16_t x) { return (x & 0x7f80) == 0x7f80; }));
-    if (round == 0) first = got;
-    else CHECK(got != first);  // the new lists and activations reached the replay
-  }
-  api.cuGraphExecDestroy(exec);
-  api.cuGraphDestroy(graph);
-  api.cuStreamDestroy(stream);
+  REQUIRE(mla_decode_branch_fp8_shape(a, 3).topk == kTopk);
+  const auto got = replay_twice(s, a, [&] {
+    s.q_d.upload(bf16_draw(s.q.size(), 0.0f, 1.0f));
+    idx_d.upload(draw_indices());
+  });
+  CHECK(got[1] != got[0]);  // the new lists and activations reached the replay
 }
