@@ -90,16 +90,16 @@ void parallel_for(size_t n, F&& f) {
 }
 
 // x [K] (K a multiple of 128) as a projection kernel sees it: each 128-value group
-// quantized on the fly (σ = f32(min(amax, 1200) / 448), code = e4m3(f32(x / σ))), then
-// dequantized exactly: the values its fp8 wgmma multiplies.
+// quantized on the fly (mla_branch_act_scale), then dequantized exactly: the values its fp8
+// wgmma multiplies.
 void quantize_activations(const double* x, int k_dim, double* out) {
   const auto& e4m3 = e4m3_table();
   for (int g = 0; g < k_dim; g += kBlk) {
     float amax = 0.0f;
     for (int k = g; k < g + kBlk; ++k) amax = std::fmax(amax, std::fabs(static_cast<float>(x[k])));
-    const float s = std::fmin(amax, br::kActAmaxCap) / br::kE4M3Max;
+    const MlaBranchActScale s = mla_branch_act_scale(amax);
     for (int k = g; k < g + kBlk; ++k)
-      out[k] = s == 0.0f ? 0.0 : double(s) * e4m3[attnjit::e4m3_from_float(static_cast<float>(x[k]) / s)];
+      out[k] = double(s.sigma) * e4m3[attnjit::e4m3_from_float(s.scaled(static_cast<float>(x[k])))];
   }
 }
 
@@ -136,6 +136,16 @@ void rope(const double* x, const float* freqs, double* y) {
 }  // namespace
 
 // ---- 1. the projection ----------------------------------------------------------------------
+
+MlaBranchActScale mla_branch_act_scale(float amax) {
+  MlaBranchActScale s;
+  const float m = std::fmin(amax, br::kActAmaxCap);
+  s.sigma = m / br::kE4M3Max;
+  s.zero = amax == 0.0f;
+  s.pre = m < 0x1p-60f ? 0x1p64f : 1.0f;
+  s.rho = s.zero ? 0.0f : br::kE4M3Max / (m * s.pre);
+  return s;
+}
 
 MlaBranchWeightFp8 mla_branch_quantize_weight(std::span<const float> w, int heads, int n_dim, int k_dim) {
   require(heads > 0 && n_dim > 0 && k_dim > 0 && n_dim % kBlk == 0 && k_dim % kBlk == 0 &&
@@ -187,9 +197,9 @@ MlaBranchProjection mla_branch_project_reference(std::span<const float> a, std::
     for (size_t g = 0; g < kb; ++g) {
       float amax = 0.0f;
       for (size_t k = g * kBlk; k < (g + 1) * kBlk; ++k) amax = std::fmax(amax, std::fabs(x[k]));
-      const float s = sigma[g] = std::fmin(amax, br::kActAmaxCap) / br::kE4M3Max;
-      for (size_t k = g * kBlk; k < (g + 1) * kBlk; ++k)
-        a8[k] = s == 0.0f ? 0.0 : e4m3[attnjit::e4m3_from_float(x[k] / s)];
+      const MlaBranchActScale s = mla_branch_act_scale(amax);
+      sigma[g] = s.sigma;
+      for (size_t k = g * kBlk; k < (g + 1) * kBlk; ++k) a8[k] = e4m3[attnjit::e4m3_from_float(s.scaled(x[k]))];
     }
     for (size_t n = 0; n < N; ++n) {
       const uint8_t* wr = w.data() + (h * N + n) * K;

@@ -47,10 +47,21 @@ MlaBranchWeightFp8 mla_branch_quantize_weight(std::span<const float> w, int head
 // codes · σ_W as doubles [heads, N, K] (exact): W_UK / W_UV for mla_branch_reference.
 std::vector<double> mla_branch_dequantize_weight(const MlaBranchWeightFp8& w);
 
+// One 128-value activation group quantized as the projection kernels do it (layout.cuh):
+// σ_A = RN(m / 448) and codes e4m3(x · RN(448 / m)), m = min(amax, 1200), in f32; a group
+// with m < 2^-60 scales x and m by 2^64 first (the same product, ρ kept finite), amax 0
+// gives σ_A 0 and codes 0.
+struct MlaBranchActScale {
+  float sigma = 0.0f, rho = 0.0f, pre = 1.0f;
+  bool zero = false;
+  float scaled(float x) const { return zero ? 0.0f : x * pre * rho; }  // the code's argument
+};
+MlaBranchActScale mla_branch_act_scale(float amax);
+
 struct MlaBranchProjection {
   int tokens = 0, heads = 0, n_dim = 0;
   // [tokens, heads, N]: Σ_g σ_A·σ_W·Σ_k A8·W with the activations quantized as the kernel
-  // does (σ_A = f32(min(amax, 1200) / 448), A8 = e4m3(f32(a / σ_A))). The e4m3 products and
+  // does (mla_branch_act_scale). The e4m3 products and
   // their 128-term sums are exact in double, so this is the kernel's result before its own
   // accumulation and bf16 store.
   std::vector<double> out;
@@ -196,7 +207,7 @@ struct MlaBranchReference {
   std::vector<MlaBranchRow> rows;
   std::vector<double> out;   // [rows.size(), 128]: the ideal chain
   // [rows.size(), 128]: the quantized twin — q_nope and the attention output quantized per
-  // 128-value group as the projection kernels do (σ = min(amax, 1200) / 448, e4m3), the
+  // 128-value group as the projection kernels do (mla_branch_act_scale), the
   // absorbed q and the attention output rounded to bf16; the cache and the softmax exact.
   // The distance from `out` to it is the fp8 error model of the projections, evaluated on
   // these inputs.

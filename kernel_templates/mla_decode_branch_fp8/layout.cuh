@@ -18,8 +18,9 @@ inline constexpr int kVDim = 128;                      // v_head_dim: the output
 
 // ---- the fp8 block-scale projection ----------------------------------------------------
 // out[t, h, n] = Σ_g σ_A[t, h, g] · σ_W[h, n / 128, g] · Σ_{k in group g} A8[t, h, k] · W[h, n, k]
-// where A8 = e4m3(a / σ_A) (RN, saturating) with σ_A = min(amax of a's group, 1200) / 448
-// per (token, head, 128-column group) — the activations are quantized on the fly — and W
+// where A8 = e4m3(a · RN(448 / m)) (RN, saturating) and σ_A = RN(m / 448), m = min(amax of
+// a's group, 1200), per (token, head, 128-column group) — the activations are quantized on
+// the fly (groups with m < 2^-60 take a·2^64 and m·2^64: the same product) — and W
 // is e4m3 [h, N, K] with f32 scales [h, N / 128, K / 128] (128 × 128 blocks). A group with
 // amax 0 has σ_A = 0 and contributes 0.
 //   Q absorption:      K = 128 (q_nope), N = 512: q_latent = q_nope · W_UKᵀ

@@ -80,13 +80,17 @@ ATTNJIT_DEVICE u32 e4m3x2(float lo, float hi) {
 }
 
 // ---- the activations ---------------------------------------------------------------------
-// σ_A and the codes of a / σ_A must be those of __fdiv_rn (IEEE, as the host reference has
-// them). Its fast path is guarded by FCHK and a slow-path call, whose call sites make ptxas
-// spill; over this narrow domain (a bf16, |a| ≤ amax, σ_A ≤ 1200 / 448) the fast path runs
-// unguarded and its failures are steered around: subnormal σ_A in integers; groups with
-// min(amax, 1200) < 2^-60 divide a·2^64 by σ_A·2^64, so every quotient that can reach e4m3's
-// range (≥ 2^-10) has a normal, exact residual; ±inf kept. Checked on an H200 against
-// __fdiv_rn for every (a, amax) bf16 pair: σ_A bit-exact, every e4m3 code equal.
+// A group's codes are e4m3(x · ρ) with ρ = RN(448 / a), a = min(amax, 1200) — one multiply a
+// value, DeepGEMM's per-token cast — and σ_A = RN(a / 448) dequantizes them. Both must be
+// bit-exact with the host reference's IEEE divisions. __fdiv_rn's fast path is guarded by
+// FCHK and a slow-path call whose call sites make ptxas spill, so both quotients are taken
+// unguarded and their failures steered around: a subnormal σ_A in integers; groups with
+// a < 2^-60 scale a and x by 2^64 (x·2^64 · RN(448 / (a·2^64)) is the same product, and ρ
+// stays finite). The quotient RN(448 / d) by div_by is exact for every a a group can have (a
+// bf16 value, or 1200): tests/cpu/test_mla_branch_reference.cpp replays its steps in IEEE
+// float for each of the 128 bf16 mantissas with r anywhere within an ulp of 1/d. Before the
+// multiply (session 34) each value was divided by σ_A (4 instructions, not 1): on an H200 the
+// 128-token output projection took 12.5 µs in a graph against 11.2 now.
 
 // RN(x / d) from r within an ulp of 1/d: the product, one correction by the exact residual,
 // the sign of x kept for zeros (lost in the residual's sum).
@@ -95,12 +99,11 @@ ATTNJIT_DEVICE float div_by(float x, float d, float r) {
   return copysignf(fmaf(r, fmaf(-d, q0, x), q0), x);
 }
 
-// One group's 16 values of this lane (8 lanes a group) → their quotients by σ_A, in place;
-// returns σ_A = RN(min(amax, 1200) / 448). Groups with amax in [2^-60, FLT_MAX] — all but
-// the degenerate — take the short path: 4 instructions a value.
-ATTNJIT_DEVICE float act_quotients(float amax, float (&x)[16]) {
+// One group's 16 values of this lane (8 lanes a group) → their codes' arguments x · ρ, in
+// place; returns σ_A. Groups with a ≥ 2^-60 — all but the degenerate — take the short path.
+ATTNJIT_DEVICE float act_scaled(float amax, float (&x)[16]) {
   constexpr float kRcp448 = 1.0f / kE4M3Max;  // RN(1/448)
-  const float a = fminf(amax, kActAmaxCap);
+  const float a = fminf(amax, kActAmaxCap);   // amax inf: 1200, and x = ±inf saturates
   float sigma;
   if (a >= __uint_as_float(0x05000000u)) {  // 2^-117: σ_A normal, one correction of a / 448
     const float q = a * kRcp448;
@@ -113,19 +116,17 @@ ATTNJIT_DEVICE float act_quotients(float amax, float (&x)[16]) {
   }
   const bool tiny = a < __uint_as_float(0x21800000u);            // 2^-60
   const float pre = tiny ? __uint_as_float(0x5f800000u) : 1.0f;  // 2^64
-  const float d = sigma * pre;                                   // normal
+  const float d = a * pre;                                       // normal unless amax is 0
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  r = fmaf(r, fmaf(-d, r, 1.0f), r);  // one Newton step
-  if (!tiny && amax <= __uint_as_float(0x7f7fffffu)) {
+  r = fmaf(r, fmaf(-d, r, 1.0f), r);  // one Newton step: within an ulp of 1/d
+  const float rho = div_by(kE4M3Max, d, r);
+  if (!tiny) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) x[j] = div_by(x[j], d, r);
-  } else {  // amax 0 (σ_A = 0: codes 0), inf (kept: inf − inf in the residual), tiny
+    for (int j = 0; j < 16; ++j) x[j] *= rho;
+  } else {  // amax 0: σ_A = 0 and codes 0 (ρ is inf)
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-      x[j] = amax == 0.0f                                  ? 0.0f
-             : fabsf(x[j]) == __uint_as_float(0x7f800000u) ? x[j]
-                                                           : div_by(x[j] * pre, d, r);
+    for (int j = 0; j < 16; ++j) x[j] = amax == 0.0f ? 0.0f : x[j] * pre * rho;
   }
   return sigma;
 }
@@ -179,7 +180,7 @@ struct ActTile {
       }
 #pragma unroll
       for (int o = 4; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      const float sigma = act_quotients(m, x);
+      const float sigma = act_scaled(m, x);
       u32 code[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j)

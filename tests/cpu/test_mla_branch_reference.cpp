@@ -71,3 +71,35 @@ TEST_CASE("mla_branch_reference: the quantized twin is the kernels' quantization
   CHECK(rel < 0.1);
   CHECK(mla_branch_twin_rel_l2(r) == Approx(rel).epsilon(1e-12));
 }
+
+// The projection kernels take ρ = RN(448 / d) without a guarded division (project.cuh):
+// q0 = 448·r, then one correction by the exact residual, from r = rcp.approx + one Newton
+// step, within an ulp of 1/d. d is a group's min(amax, 1200) — a bf16 value or 1200 —
+// times 2^64 when under 2^-60, so it has one of 128 mantissas; the steps are replayed here
+// in IEEE float with r at RN(1/d) and at either neighbour, and must give the host's
+// division every time, at the exponents' ends too.
+TEST_CASE("mla_branch_act_scale: the kernels' unguarded 448 / d is the IEEE quotient for every group",
+          "[mla_decode_branch_fp8][reference]") {
+  int checked = 0;
+  for (int mantissa = 128; mantissa < 256; ++mantissa)
+    for (int e : {-69, -60, -30, -1, 0, 3, 10}) {
+      const float d = std::ldexp(static_cast<float>(mantissa) / 128.0f, e);
+      if (d > 1200.0f) continue;
+      const float want = 448.0f / d, rn = 1.0f / d;
+      for (float r : {std::nextafter(rn, 0.0f), rn, std::nextafter(rn, 1e30f)}) {
+        const float q0 = 448.0f * r;
+        CHECK(std::fma(r, std::fma(-d, q0, 448.0f), q0) == want);
+        ++checked;
+      }
+    }
+  CHECK(checked > 128 * 3 * 6);
+  // The scale's cases: the cap, a zero group, a tiny group (prescaled, the same product).
+  CHECK(mla_branch_act_scale(3000.0f).sigma == 1200.0f / 448.0f);
+  CHECK(mla_branch_act_scale(3000.0f).scaled(3000.0f) == 3000.0f * (448.0f / 1200.0f));
+  CHECK(mla_branch_act_scale(0.0f).zero);
+  CHECK(mla_branch_act_scale(0.0f).scaled(0.0f) == 0.0f);
+  const MlaBranchActScale tiny = mla_branch_act_scale(0x1p-100f);
+  CHECK(tiny.pre == 0x1p64f);
+  CHECK(tiny.scaled(0x1p-100f) == 448.0f);
+  CHECK(tiny.scaled(-0x1p-101f) == -224.0f);
+}

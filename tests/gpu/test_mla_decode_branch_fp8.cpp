@@ -40,11 +40,19 @@ void check_projection(const MlaBranchProjConfig& c, int tokens, int heads) {
   INFO(fmt::format("config {} tokens {} h {}", c.describe(), tokens, heads));
   const int k = c.k_dim, n = c.n_dim, a_row = k + 64, out_row = n + 64;
   std::vector<uint16_t> a = bf16_draw(static_cast<size_t>(tokens) * heads * a_row, 0.0f, 1.0f);
-  // Scale one token up past the 1200 amax cap and zero another token's first group.
+  // Scale one token up past the 1200 amax cap and zero another token's first group; with
+  // more tokens, scale one token's first head down to 2^-80 (the kernels' prescaled path)
+  // and another's to bf16 subnormals.
   if (tokens > 2) {
     for (int i = 0; i < a_row; ++i) a[static_cast<size_t>(1) * heads * a_row + i] = harness::float_to_bf16(3000.0f * (i % 2 ? 1 : -1));
     for (int i = 0; i < 128; ++i) a[static_cast<size_t>(2) * heads * a_row + i] = 0;
   }
+  if (tokens > 4)
+    for (int t : {3, 4})
+      for (int i = 0; i < a_row; ++i) {
+        const size_t at = static_cast<size_t>(t) * heads * a_row + i;
+        a[at] = harness::float_to_bf16(harness::bf16_to_float(a[at]) * (t == 3 ? 0x1p-80f : 0x1p-128f));
+      }
   std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
   std::vector<float> w(static_cast<size_t>(heads) * n * k);
   for (auto& x : w) x = d(test::rng());
