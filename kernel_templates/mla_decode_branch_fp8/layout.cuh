@@ -33,9 +33,10 @@ inline constexpr float kE4M3Max = 448.0f;
 // Rows of A and out are addressed by (token, head) strides in elements, so A can be a
 // slice of a wider row (q's first 128 of 192) and out one of a wider row (the absorbed q's
 // first 512 of 576).
+// W comes by its tensor map (the kernel's first parameter): e4m3 [h·N, K] as bytes, box 64
+// rows × 128, 128B-swizzled — one box a wgmma tile.
 struct ProjArgs {
   const unsigned short* a;     // bf16, row (t, h) at a + t·a_token_stride + h·a_head_stride
-  const unsigned char* w;      // e4m3 [h, N, K], K contiguous
   const float* w_scale;        // f32 [h, N / 128, K / 128]
   unsigned short* out;         // bf16, row (t, h) at out + t·out_token_stride + h·out_head_stride
   long long a_token_stride;
@@ -45,14 +46,14 @@ struct ProjArgs {
   int tokens;
   int heads;
   // Programmatic dependent launch: the kernel may start while the previous one in the
-  // stream runs, and always waits for it (griddepcontrol.wait) before it exits. It copies
+  // stream runs, and always waits for it (griddepcontrol.wait) before it exits. It requests
   // W before waiting; A too when a_ready (A does not come from the previous kernel: the
   // absorption's q, while the rope kernel runs), else A after the wait (the attention's
   // output).
   int a_ready;
   int pad;
 };
-static_assert(sizeof(ProjArgs) == 80, "ProjArgs: the block cuLaunchKernelEx passes");
+static_assert(sizeof(ProjArgs) == 72, "ProjArgs: the block cuLaunchKernelEx passes");
 
 // The product runs transposed on wgmma: outᵀ[n, t] = Σ_k W[n, k] · A8[t, k], W's rows on
 // M (64 a row block: no padding whatever the token count) and the block_m tokens on N
@@ -73,8 +74,10 @@ inline constexpr int kProjMaxActChunks = 8;
 //          none where it fits the row block's own W tiles, dead once its wgmmas are done
 //          (block_m · 128 B <= (K / 128) · 8 KiB): the output projection at block_m 64 then
 //          fits two CTAs an SM.
+//   bars   one mbarrier per W tile [2 warpgroups][its ≤ 4 tiles]: the tile's copy completes
+//          on it
 struct ProjPlan {
-  unsigned w, a8, sigma, stage, bytes;
+  unsigned w, a8, sigma, stage, bars, bytes;
   bool stage_over_w;
 };
 ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n) {
@@ -84,7 +87,8 @@ ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n) {
   p.sigma = p.a8 + static_cast<unsigned>(block_m * k_dim);
   p.stage = (p.sigma + static_cast<unsigned>(k_dim / kScaleBlock * block_m * 4) + 127) / 128 * 128;
   p.stage_over_w = block_m * kProjRowBlock * 2 <= k_dim / kScaleBlock * kProjRowBlock * kScaleBlock;
-  p.bytes = p.stage + (p.stage_over_w ? 0u : static_cast<unsigned>(kProjWarpgroups * block_m * kProjRowBlock * 2));
+  p.bars = p.stage + (p.stage_over_w ? 0u : static_cast<unsigned>(kProjWarpgroups * block_m * kProjRowBlock * 2));
+  p.bytes = p.bars + static_cast<unsigned>(block_n / kProjRowBlock * (k_dim / kScaleBlock)) * 8;
   return p;
 }
 inline constexpr unsigned kProjSmemAlign = 1024;  // a 128B-swizzle atom

@@ -4,18 +4,22 @@
 // activations quantized to e4m3 on the fly (σ_A per token and 128-column group), W e4m3 with
 // 128 × 128 scales σ_W. The product runs transposed on fp8 wgmma — W's rows on M, the tokens
 // on N — so a decode step's 16 tokens cost 16 columns, not a padded 64-row tile.
-//   1. every W tile of the CTA is requested at once (cp.async into the 128B-swizzled wgmma
-//      layout, one commit group per tile, each warpgroup its own tiles in the order it uses
-//      them): the weights are the bytes that matter, and nothing waits before asking for them;
+//   1. every W tile of the CTA is requested at once (one TMA box a tile, landing in the
+//      128B-swizzled wgmma layout on the tile's own mbarrier, each warpgroup its own tiles in
+//      the order it uses them): the weights are the bytes that matter, nothing waits before
+//      asking for them, and the LSU is left to the activations' loads;
 //   2. both warpgroups quantize the activations into A8 and σ_A while W streams;
 //   3. each warpgroup, per 64-row block of W: per k group four m64nBk32 wgmmas into a fresh
 //      accumulator, scaled by σ_W · σ_A[t] into the block's sum; then the block's outᵀ goes
 //      through shared memory (stmatrix.trans) to 16-byte stores of the out rows.
 #include "common/arch.cuh"
 #include "common/fence.cuh"
+#include "common/mbarrier.cuh"
 #include "common/named_barrier.cuh"
 #include "common/numeric.cuh"
 #include "common/smem.cuh"
+#include "common/tensor_map.cuh"
+#include "common/tma.cuh"
 #include "common/types.cuh"
 #include "common/warpgroup.cuh"
 #include "common/wgmma.cuh"
@@ -35,26 +39,11 @@ ATTNJIT_DEVICE u32 swizzled_128(int row, int unit) {
   return static_cast<u32>(row * 128 + ((unit ^ (row & 7)) << 4));
 }
 
-// Barrier 0 is __syncthreads(); each warpgroup waits for its own W tiles and staging buffer.
+// Barrier 0 is __syncthreads(); each warpgroup waits for its own staging buffer.
 enum class ProjBar : u32 { kSyncThreads = 0, kWarpgroup0, kWarpgroup1, kCount };
 static_assert(static_cast<int>(ProjBar::kCount) <= kNamedBarrierCount);
 
 // ---- PTX -------------------------------------------------------------------------------
-ATTNJIT_DEVICE void cp_async_16(u32 dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-ATTNJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most `pending` of this thread's commit groups are in flight; `pending` is a
-// constant once the caller's loop is unrolled, and the switch folds to one instruction.
-ATTNJIT_DEVICE void cp_async_wait_pending(int pending) {
-  switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
-  }
-}
-
 // Four (x4) or two (x2) 8 × 8 bf16 matrices, stored transposed: register q of lane l holds
 // row l / 4, columns 2·(l % 4) and +1 of matrix q; stored row c of matrix q (its column c)
 // goes to the address lane 8q + c gives.
@@ -194,7 +183,9 @@ struct ActTile {
 
 // ---- the kernel ------------------------------------------------------------------------
 template <auto P>
-__global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a) {
+__global__ void __launch_bounds__(kProjThreads)
+    project_kernel(const __grid_constant__ TmaDesc w_map,  // e4m3 [h·N, K], box [64, 128], 128B
+                   const ProjArgs a) {
   static_assert((P.k_dim == 128 && P.n_dim == 512) || (P.k_dim == 512 && P.n_dim == 128),
                 "the two MLA projections: K = 128, N = 512 or K = 512, N = 128");
   static_assert(P.block_m == 8 || P.block_m == 16 || P.block_m == 32 || P.block_m == 64 ||
@@ -206,7 +197,7 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
   constexpr int K = P.k_dim, kGroups = K / kScaleBlock, kN = P.block_m;
   constexpr int kBlocks = P.block_n / kProjRowBlock / kProjWarpgroups;  // row blocks per warpgroup
   constexpr int kTiles = kBlocks * kGroups;                             // W tiles per warpgroup
-  static_assert(kTiles <= 4, "cp_async_wait_pending covers 4 commit groups");
+  static_assert(kTiles <= 4, "the plan holds 4 tile barriers a warpgroup");
   using ATile = WgmmaKMajorTile<Swizzle::k128B, kN>;  // A8's k group: wgmma's B
   extern __shared__ unsigned char smem_raw[];
   // The plan's offsets are from a 1024-byte boundary (the 128B swizzle atom).
@@ -215,6 +206,14 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
   if (m0 >= a.tokens) return;  // uniform: a grid larger than ⌈tokens / block_m⌉
   const int wg = warpgroup_id_uniform(), t = thread_in_warpgroup();
   const ProjBar bar = wg == 0 ? ProjBar::kWarpgroup0 : ProjBar::kWarpgroup1;
+  unsigned char* const base = smem_raw + (s0 - smem_u32(smem_raw));  // the plan's, generic
+  MBarrier* const w_full = reinterpret_cast<MBarrier*>(base + L.bars) + wg * kTiles;  // [kTiles]
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kProjWarpgroups * kTiles; ++i)
+      mbarrier_init(reinterpret_cast<MBarrier*>(base + L.bars) + i, 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
 
   // Activations the previous kernel does not write (a_ready) go out first: behind the CTA's
   // weight requests they would arrive last and their quantization would not overlap W.
@@ -222,19 +221,15 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
   if (a.a_ready) act.load(a, m0);
 
   // 1. This warpgroup's W tiles: row block b = wg + 2j, k group g, tile i = j·kGroups + g,
-  // in the order it multiplies them; 4 units of 16 bytes per thread each, 8 lanes a row.
-  const unsigned char* w_head = a.w + (static_cast<i64>(h) * P.n_dim + n0) * K;
+  // in the order it multiplies them, one box each.
+  if (t == 0) {
 #pragma unroll
-  for (int i = 0; i < kTiles; ++i) {
-    const int b = wg + kProjWarpgroups * (i / kGroups), g = i % kGroups;
-    const u32 tile = s0 + L.w + (b * kGroups + g) * kWTileBytes;
-#pragma unroll
-    for (int j = 0; j < kWTileBytes / 16 / kWarpgroupThreads; ++j) {
-      const int c = j * kWarpgroupThreads + t, row = c / 8, unit = c % 8;
-      cp_async_16(tile + swizzled_128(row, unit),
-                  w_head + (b * kProjRowBlock + row) * K + g * kScaleBlock + unit * 16);
+    for (int i = 0; i < kTiles; ++i) {
+      const int b = wg + kProjWarpgroups * (i / kGroups), g = i % kGroups;
+      mbarrier_arrive_expect_tx(&w_full[i], kWTileBytes);
+      tma_load_2d(w_map, &w_full[i], base + L.w + (b * kGroups + g) * kWTileBytes, g * kScaleBlock,
+                  h * P.n_dim + n0 + b * kProjRowBlock);
     }
-    cp_async_commit();
   }
   // The previous kernel's writes are visible past this point, and it has finished: a kernel
   // launched after this one in the stream may rely on both (layout.cuh, ProjArgs).
@@ -269,9 +264,7 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       const int i = j * kGroups + g;
-      cp_async_wait_pending(kTiles - 1 - i);  // this thread's copies of tile i have landed,
-      fence_proxy_async_smem();               // are visible to wgmma,
-      named_barrier_sync(bar, kWarpgroupThreads);  // and so are the warpgroup's
+      mbarrier_wait(&w_full[i], 0);  // tile i has landed (its one phase)
       const u32 tile = s0 + L.w + (b * kGroups + g) * kWTileBytes;
       const u32 a8 = s0 + L.a8 + g * kN * 128;
       float part[kN / 2];
@@ -297,14 +290,13 @@ __global__ void __launch_bounds__(kProjThreads) project_kernel(const ProjArgs a)
     }
 
     // 4. outᵀ → bf16 [kN tokens][64 n] in the warpgroup's stage (128-byte rows, swizzled): over
-    // the block's own W tiles once every warp's wgmmas have read them, else its own region.
+    // the block's own W tiles once every warp's wgmmas have read them, else its own region
+    // once every warp has stored the previous block's rows from it.
     const u32 stage = L.stage_over_w ? s0 + L.w + b * kGroups * kWTileBytes
                                      : s0 + L.stage + wg * kN * kProjRowBlock * 2;
-    if constexpr (L.stage_over_w) named_barrier_sync(bar, kWarpgroupThreads);
+    if (L.stage_over_w || j > 0) named_barrier_sync(bar, kWarpgroupThreads);
     // The 8 × 8 matrix (token block c, row half hf) is register pack(acc[4c + 2hf], +1); stored
     // transposed, its row (token 8c + r) takes the 8 n values 16w + 8hf .. as one unit.
-    // (A separate stage is free: the block's first tile barrier came after the previous
-    // block's stores.)
     const int r = lane % 8, mq = lane / 8;  // the row this lane addresses, of matrix mq
     if constexpr (kN % 16 == 0) {
 #pragma unroll

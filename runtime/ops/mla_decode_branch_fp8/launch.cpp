@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "attnjit/error.hpp"
+#include "attnjit/tma.hpp"
 #include "driver/driver.hpp"
 #include "mla_decode_branch_fp8/layout.cuh"
 #include "ops/launch_support.hpp"
@@ -204,8 +205,15 @@ void launch_project(const TensorView& a, const TensorView& w, const TensorView& 
   const int64_t tokens = a.shape[0], heads = a.shape[1];
   if (tokens == 0) return;
   const jit::Kernel& k = ops::mla_branch_proj_kernel(c, current_arch());
+  // W [h, N, K] as rows of K bytes; one box (64 rows × one 128-column k group) a wgmma tile.
+  TmaMapSpec w_spec;
+  w_spec.tensor = TensorView::contiguous(w.data, DType::kU8, {heads * c.n_dim, c.k_dim}, w.device);
+  w_spec.box[0] = dev::kProjRowBlock;
+  w_spec.box[1] = dev::kScaleBlock;
+  w_spec.swizzle = Swizzle::k128B;
+  w_spec.l2_promotion = TmaL2Promotion::k256B;
+  const TmaDescriptor w_map = encode_tma(w_spec, "w");
   dev::ProjArgs pa{static_cast<const unsigned short*>(a.data),
-                   static_cast<const unsigned char*>(w.data),
                    static_cast<const float*>(w_scale.data),
                    static_cast<unsigned short*>(out.data),
                    a.strides[0],
@@ -224,7 +232,7 @@ void launch_project(const TensorView& a, const TensorView& w, const TensorView& 
   shape.grid[2] = static_cast<unsigned>(token_blocks(tokens, c, "a"));
   shape.block[0] = dev::kProjThreads;
   shape.dynamic_smem = k.dynamic_smem_bytes();
-  void* args[] = {&pa};
+  void* args[] = {const_cast<TmaDescriptor*>(&w_map), &pa};
   k.launch(shape, stream, args);
 }
 
