@@ -58,7 +58,8 @@ static_assert(sizeof(ProjArgs) == 72, "ProjArgs: the block cuLaunchKernelEx pass
 // The product runs transposed on wgmma: outᵀ[n, t] = Σ_k W[n, k] · A8[t, k], W's rows on
 // M (64 a row block: no padding whatever the token count) and the block_m tokens on N
 // (8 … 128). Two warpgroups: both quantize the activations, then each takes every other
-// 64-row block of W.
+// 64-row block of W. A CTA walks m_steps token blocks of block_m with its W tiles kept, the
+// next block's activations loaded while the current one is multiplied and stored.
 inline constexpr int kProjWarpgroups = 2;
 inline constexpr int kProjThreads = 128 * kProjWarpgroups;
 inline constexpr int kProjRowBlock = 64;  // W rows per wgmma (M)
@@ -71,29 +72,30 @@ inline constexpr int kProjMaxActChunks = 8;
 //   a8     e4m3 [K / 128][block_m rows][128 B], 128B-swizzled (wgmma B, K-major)
 //   sigma  f32 σ_A [K / 128][block_m]
 //   stage  bf16 [2 warpgroups][block_m][64]: a row block's output, staged for 16-byte stores;
-//          none where it fits the row block's own W tiles, dead once its wgmmas are done
-//          (block_m · 128 B <= (K / 128) · 8 KiB): the output projection at block_m 64 then
-//          fits two CTAs an SM.
+//          none where the CTA takes one step and it fits the row block's own W tiles, dead
+//          once its wgmmas are done (block_m · 128 B <= (K / 128) · 8 KiB): the output
+//          projection at block_m 64 then fits two CTAs an SM.
 //   bars   one mbarrier per W tile [2 warpgroups][its ≤ 4 tiles]: the tile's copy completes
 //          on it
 struct ProjPlan {
   unsigned w, a8, sigma, stage, bars, bytes;
   bool stage_over_w;
 };
-ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n) {
+ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n, int m_steps) {
   ProjPlan p{};
   p.w = 0;
   p.a8 = p.w + static_cast<unsigned>(block_n * k_dim);
   p.sigma = p.a8 + static_cast<unsigned>(block_m * k_dim);
   p.stage = (p.sigma + static_cast<unsigned>(k_dim / kScaleBlock * block_m * 4) + 127) / 128 * 128;
-  p.stage_over_w = block_m * kProjRowBlock * 2 <= k_dim / kScaleBlock * kProjRowBlock * kScaleBlock;
+  p.stage_over_w =
+      m_steps == 1 && block_m * kProjRowBlock * 2 <= k_dim / kScaleBlock * kProjRowBlock * kScaleBlock;
   p.bars = p.stage + (p.stage_over_w ? 0u : static_cast<unsigned>(kProjWarpgroups * block_m * kProjRowBlock * 2));
   p.bytes = p.bars + static_cast<unsigned>(block_n / kProjRowBlock * (k_dim / kScaleBlock)) * 8;
   return p;
 }
 inline constexpr unsigned kProjSmemAlign = 1024;  // a 128B-swizzle atom
-ATTNJIT_PLAN unsigned proj_smem_bytes(int k_dim, int block_m, int block_n) {
-  return proj_plan(k_dim, block_m, block_n).bytes + kProjSmemAlign;
+ATTNJIT_PLAN unsigned proj_smem_bytes(int k_dim, int block_m, int block_n, int m_steps) {
+  return proj_plan(k_dim, block_m, block_n, m_steps).bytes + kProjSmemAlign;
 }
 
 // ---- RoPE + RMSNorm + cache write -------------------------------------------------------

@@ -1,9 +1,10 @@
 #pragma once
 // mla_decode_branch_fp8's fp8 block-scale projection (layout.cuh: the math, ProjArgs, the
-// grid, the shared-memory plan): out[t, h, n0 .. n0 + block_n) for block_m tokens of head h,
-// activations quantized to e4m3 on the fly (σ_A per token and 128-column group), W e4m3 with
-// 128 × 128 scales σ_W. The product runs transposed on fp8 wgmma — W's rows on M, the tokens
-// on N — so a decode step's 16 tokens cost 16 columns, not a padded 64-row tile.
+// grid, the shared-memory plan): out[t, h, n0 .. n0 + block_n) for m_steps blocks of block_m
+// tokens of head h, activations quantized to e4m3 on the fly (σ_A per token and 128-column
+// group), W e4m3 with 128 × 128 scales σ_W. The product runs transposed on fp8 wgmma — W's
+// rows on M, the tokens on N — so a decode step's 16 tokens cost 16 columns, not a padded
+// 64-row tile.
 //   1. every W tile of the CTA is requested at once (one TMA box a tile, landing in the
 //      128B-swizzled wgmma layout on the tile's own mbarrier, each warpgroup its own tiles in
 //      the order it uses them): the weights are the bytes that matter, nothing waits before
@@ -12,6 +13,8 @@
 //   3. each warpgroup, per 64-row block of W: per k group four m64nBk32 wgmmas into a fresh
 //      accumulator, scaled by σ_W · σ_A[t] into the block's sum; then the block's outᵀ goes
 //      through shared memory (stmatrix.trans) to 16-byte stores of the out rows.
+// Steps 2–3 repeat for each of the CTA's token blocks with W kept; a block's activations are
+// loaded once the previous block is quantized, in flight during its products and stores.
 #include "common/arch.cuh"
 #include "common/fence.cuh"
 #include "common/mbarrier.cuh"
@@ -153,7 +156,7 @@ struct ActTile {
   // The A8 codes (one 16-byte unit of k group g's tile per lane) and σ_A (the group's first
   // lane), at the plan's offsets from the aligned base s.
   ATTNJIT_DEVICE void quantize(u32 s) const {
-    constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n);
+    constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n, P.m_steps);
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int c = i * kProjThreads + static_cast<int>(threadIdx.x);
@@ -193,7 +196,7 @@ __global__ void __launch_bounds__(kProjThreads)
                 "block_m: wgmma N, 8 … 128 tokens");
   static_assert(P.block_n % (kProjWarpgroups * kProjRowBlock) == 0 && P.n_dim % P.block_n == 0,
                 "block_n: whole 64-row blocks for both warpgroups, dividing N");
-  constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n);
+  constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n, P.m_steps);
   constexpr int K = P.k_dim, kGroups = K / kScaleBlock, kN = P.block_m;
   constexpr int kBlocks = P.block_n / kProjRowBlock / kProjWarpgroups;  // row blocks per warpgroup
   constexpr int kTiles = kBlocks * kGroups;                             // W tiles per warpgroup
@@ -202,8 +205,10 @@ __global__ void __launch_bounds__(kProjThreads)
   extern __shared__ unsigned char smem_raw[];
   // The plan's offsets are from a 1024-byte boundary (the 128B swizzle atom).
   const u32 s0 = (smem_u32(smem_raw) + kProjSmemAlign - 1) & ~(kProjSmemAlign - 1);
-  const int h = blockIdx.y, n0 = blockIdx.x * P.block_n, m0 = blockIdx.z * P.block_m;
-  if (m0 >= a.tokens) return;  // uniform: a grid larger than ⌈tokens / block_m⌉
+  const int h = blockIdx.y, n0 = blockIdx.x * P.block_n, m_first = blockIdx.z * P.m_steps * P.block_m;
+  if (m_first >= a.tokens) return;  // uniform: a grid larger than the tokens need
+  // The CTA's token blocks (m_steps 1: one, known to the compiler, which keeps no loop state).
+  const int steps = P.m_steps == 1 ? 1 : min(P.m_steps, ceil_div(a.tokens - m_first, P.block_m));
   const int wg = warpgroup_id_uniform(), t = thread_in_warpgroup();
   const ProjBar bar = wg == 0 ? ProjBar::kWarpgroup0 : ProjBar::kWarpgroup1;
   unsigned char* const base = smem_raw + (s0 - smem_u32(smem_raw));  // the plan's, generic
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(kProjThreads)
   // Activations the previous kernel does not write (a_ready) go out first: behind the CTA's
   // weight requests they would arrive last and their quantization would not overlap W.
   ActTile<P> act;
-  if (a.a_ready) act.load(a, m0);
+  if (a.a_ready) act.load(a, m_first);
 
   // 1. This warpgroup's W tiles: row block b = wg + 2j, k group g, tile i = j·kGroups + g,
   // in the order it multiplies them, one box each.
@@ -234,7 +239,7 @@ __global__ void __launch_bounds__(kProjThreads)
   // The previous kernel's writes are visible past this point, and it has finished: a kernel
   // launched after this one in the stream may rely on both (layout.cuh, ProjArgs).
   pdl_wait_prior_grids();
-  if (!a.a_ready) act.load(a, m0);
+  if (!a.a_ready) act.load(a, m_first);
   // σ_W[h, (n0 + 64 b) / 128, g] of this warpgroup's blocks, requested after the activations:
   // ptxas keeps them in uniform registers and waits for them where they are loaded, which
   // ahead of the activation loads put a DRAM latency in front of those (ncu, 128 tokens).
@@ -248,77 +253,86 @@ __global__ void __launch_bounds__(kProjThreads)
                                             kGroups +
                             g);
 
-  // 2. A8 and σ_A, while W streams in; published to wgmma (the async proxy) by the fence.
-  act.quantize(s0);
-  fence_proxy_async_smem();
-  __syncthreads();
-
-  // 3. Per row block: outᵀ[64 n × kN t] in the accumulator layout (common/wgmma.cuh): float i
-  // of thread (warp w, lane l) is row n = 16w + l/4 + 8·((i/2) % 2), token 8·(i/4) + 2·(l%4) + i%2.
   const int lane = lane_id(), warp = t / kWarpSize;
   unsigned short* out_head = a.out + static_cast<i64>(h) * a.out_head_stride + n0;
+#pragma unroll 1
+  for (int step = 0; step < steps; ++step) {
+    const int m0 = m_first + step * P.block_m;
+    // The previous step's wgmmas have read A8 and σ_A, and its stores the stage.
+    if (step > 0) __syncthreads();
+    // 2. A8 and σ_A (the first step's while W streams in); published to wgmma (the async
+    // proxy) by the fence. Then the next step's activations go out, in flight while this
+    // step multiplies and stores: W stays, so only they cross from memory again.
+    act.quantize(s0);
+    fence_proxy_async_smem();
+    __syncthreads();
+    if (step + 1 < steps) act.load(a, m0 + P.block_m);
+
+    // 3. Per row block: outᵀ[64 n × kN t] in the accumulator layout (common/wgmma.cuh): float i
+    // of thread (warp w, lane l) is row n = 16w + l/4 + 8·((i/2) % 2), token 8·(i/4) + 2·(l%4) + i%2.
 #pragma unroll
-  for (int j = 0; j < kBlocks; ++j) {
-    const int b = wg + kProjWarpgroups * j;
-    float acc[kN / 2];
+    for (int j = 0; j < kBlocks; ++j) {
+      const int b = wg + kProjWarpgroups * j;
+      float acc[kN / 2];
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      const int i = j * kGroups + g;
-      mbarrier_wait(&w_full[i], 0);  // tile i has landed (its one phase)
-      const u32 tile = s0 + L.w + (b * kGroups + g) * kWTileBytes;
-      const u32 a8 = s0 + L.a8 + g * kN * 128;
-      float part[kN / 2];
-      wgmma_fence();
+      for (int g = 0; g < kGroups; ++g) {
+        const int i = j * kGroups + g;
+        if (step == 0) mbarrier_wait(&w_full[i], 0);  // tile i has landed (its one phase)
+        const u32 tile = s0 + L.w + (b * kGroups + g) * kWTileBytes;
+        const u32 a8 = s0 + L.a8 + g * kN * 128;
+        float part[kN / 2];
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kScaleBlock / 32; ++kk)
-        wgmma_ss<DType::kE4M3, kN>(part, WTile::desc(tile, 32 * kk), ATile::desc(a8, 32 * kk), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(part);
-      // The group's scale: σ_W of the block times σ_A of each column (token).
+        for (int kk = 0; kk < kScaleBlock / 32; ++kk)
+          wgmma_ss<DType::kE4M3, kN>(part, WTile::desc(tile, 32 * kk), ATile::desc(a8, 32 * kk), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(part);
+        // The group's scale: σ_W of the block times σ_A of each column (token).
 #pragma unroll
-      for (int c = 0; c < kN / 8; ++c) {
-        const u32 sa = s0 + L.sigma + (g * kN + 8 * c + 2 * (lane % 4)) * 4;
-        const float s_lo = ld_shared_f32(sa) * sigma_w[j][g], s_hi = ld_shared_f32(sa + 4) * sigma_w[j][g];
+        for (int c = 0; c < kN / 8; ++c) {
+          const u32 sa = s0 + L.sigma + (g * kN + 8 * c + 2 * (lane % 4)) * 4;
+          const float s_lo = ld_shared_f32(sa) * sigma_w[j][g], s_hi = ld_shared_f32(sa + 4) * sigma_w[j][g];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int q = 4 * c + r;
-          const float s = r % 2 ? s_hi : s_lo;
-          acc[q] = g == 0 ? part[q] * s : fmaf(part[q], s, acc[q]);
+          for (int r = 0; r < 4; ++r) {
+            const int q = 4 * c + r;
+            const float s = r % 2 ? s_hi : s_lo;
+            acc[q] = g == 0 ? part[q] * s : fmaf(part[q], s, acc[q]);
+          }
         }
       }
-    }
 
-    // 4. outᵀ → bf16 [kN tokens][64 n] in the warpgroup's stage (128-byte rows, swizzled): over
-    // the block's own W tiles once every warp's wgmmas have read them, else its own region
-    // once every warp has stored the previous block's rows from it.
-    const u32 stage = L.stage_over_w ? s0 + L.w + b * kGroups * kWTileBytes
-                                     : s0 + L.stage + wg * kN * kProjRowBlock * 2;
-    if (L.stage_over_w || j > 0) named_barrier_sync(bar, kWarpgroupThreads);
-    // The 8 × 8 matrix (token block c, row half hf) is register pack(acc[4c + 2hf], +1); stored
-    // transposed, its row (token 8c + r) takes the 8 n values 16w + 8hf .. as one unit.
-    const int r = lane % 8, mq = lane / 8;  // the row this lane addresses, of matrix mq
-    if constexpr (kN % 16 == 0) {
+      // 4. outᵀ → bf16 [kN tokens][64 n] in the warpgroup's stage (128-byte rows, swizzled): over
+      // the block's own W tiles once every warp's wgmmas have read them, else its own region
+      // once every warp has stored the previous block's rows from it.
+      const u32 stage = L.stage_over_w ? s0 + L.w + b * kGroups * kWTileBytes
+                                       : s0 + L.stage + wg * kN * kProjRowBlock * 2;
+      if (L.stage_over_w || j > 0) named_barrier_sync(bar, kWarpgroupThreads);
+      // The 8 × 8 matrix (token block c, row half hf) is register pack(acc[4c + 2hf], +1); stored
+      // transposed, its row (token 8c + r) takes the 8 n values 16w + 8hf .. as one unit.
+      const int r = lane % 8, mq = lane / 8;  // the row this lane addresses, of matrix mq
+      if constexpr (kN % 16 == 0) {
 #pragma unroll
-      for (int c = 0; c < kN / 8; c += 2) {
-        const int tok = 8 * (c + mq / 2) + r, unit = 2 * warp + mq % 2;
-        stmatrix_x4_trans(stage + swizzled_128(tok, unit), pack2<DType::kBF16>(acc[4 * c], acc[4 * c + 1]),
-                          pack2<DType::kBF16>(acc[4 * c + 2], acc[4 * c + 3]),
-                          pack2<DType::kBF16>(acc[4 * c + 4], acc[4 * c + 5]),
-                          pack2<DType::kBF16>(acc[4 * c + 6], acc[4 * c + 7]));
+        for (int c = 0; c < kN / 8; c += 2) {
+          const int tok = 8 * (c + mq / 2) + r, unit = 2 * warp + mq % 2;
+          stmatrix_x4_trans(stage + swizzled_128(tok, unit), pack2<DType::kBF16>(acc[4 * c], acc[4 * c + 1]),
+                            pack2<DType::kBF16>(acc[4 * c + 2], acc[4 * c + 3]),
+                            pack2<DType::kBF16>(acc[4 * c + 4], acc[4 * c + 5]),
+                            pack2<DType::kBF16>(acc[4 * c + 6], acc[4 * c + 7]));
+        }
+      } else {  // kN = 8: lanes 0..15 address the two matrices
+        stmatrix_x2_trans(stage + swizzled_128(r, 2 * warp + mq % 2), pack2<DType::kBF16>(acc[0], acc[1]),
+                          pack2<DType::kBF16>(acc[2], acc[3]));
       }
-    } else {  // kN = 8: lanes 0..15 address the two matrices
-      stmatrix_x2_trans(stage + swizzled_128(r, 2 * warp + mq % 2), pack2<DType::kBF16>(acc[0], acc[1]),
-                        pack2<DType::kBF16>(acc[2], acc[3]));
-    }
-    named_barrier_sync(bar, kWarpgroupThreads);
-    // Rows of 128 bytes by 16-byte stores (the host checks out's rows are 16-byte aligned).
+      named_barrier_sync(bar, kWarpgroupThreads);
+      // Rows of 128 bytes by 16-byte stores (the host checks out's rows are 16-byte aligned).
 #pragma unroll
-    for (int k = 0; k < (kN * 8 + kWarpgroupThreads - 1) / kWarpgroupThreads; ++k) {
-      const int c = k * kWarpgroupThreads + t, row = c / 8, unit = c % 8, tok = m0 + row;
-      if (row < kN && tok < a.tokens)
-        *reinterpret_cast<uint4*>(out_head + tok * a.out_token_stride + b * kProjRowBlock + unit * 8) =
-            ld_shared_16(stage + swizzled_128(row, unit));
+      for (int k = 0; k < (kN * 8 + kWarpgroupThreads - 1) / kWarpgroupThreads; ++k) {
+        const int c = k * kWarpgroupThreads + t, row = c / 8, unit = c % 8, tok = m0 + row;
+        if (row < kN && tok < a.tokens)
+          *reinterpret_cast<uint4*>(out_head + tok * a.out_token_stride + b * kProjRowBlock + unit * 8) =
+              ld_shared_16(stage + swizzled_128(row, unit));
+      }
     }
   }
 }

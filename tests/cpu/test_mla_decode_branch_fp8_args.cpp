@@ -78,8 +78,10 @@ TEST_CASE("mla_decode_branch_fp8 config: defaults, rules, JSON and the registry"
         CHECK_NOTHROW(c.validate());
         CHECK(c.k_dim == k);
         CHECK(c.n_dim == (k == 128 ? 512 : 128));
-        CHECK(c.block_m >= std::min(tokens, k == 512 ? 64 : 128));
+        // A step holds the call's tokens up to a 32-token tile; CTAs walk steps past 128.
+        CHECK(c.block_m >= std::min(tokens, 32));
         CHECK(c.block_m <= std::max(8, 2 * tokens));
+        CHECK(c.m_steps == (tokens > 128 ? (k == 512 ? 4 : 2) : 1));
         CHECK(MlaBranchProjConfig::from_json(c.to_json()) == c);
       }
   MlaBranchProjConfig bad = mla_branch_proj_default_config(128, 1, 128);
@@ -92,6 +94,13 @@ TEST_CASE("mla_decode_branch_fp8 config: defaults, rules, JSON and the registry"
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "block_m", "32768");
   bad.block_m = 12;
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "block_m");
+  bad = mla_branch_proj_default_config(128, 1, 128);
+  bad.block_m = 128;
+  bad.block_n = 512;
+  bad.m_steps = 8;
+  CHECK_NOTHROW(bad.validate());  // 113 KiB: W 64, codes 16, the stage 32 (one CTA an SM)
+  bad.m_steps = 9;
+  REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "m_steps");
   bad = mla_branch_proj_default_config(512, 1, 128);
   bad.block_n = 256;
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "block_n", "n_dim");

@@ -107,27 +107,31 @@ void check_projection(const MlaBranchProjConfig& c, int tokens, int heads) {
 
 }  // namespace
 
-// Every tile shape validate() accepts: block_m 8 … 128 tokens, block_n 128 … N rows.
+// Every tile shape validate() accepts (block_m 8 … 128 tokens, block_n 128 … N rows), at one
+// step a CTA and at two (W kept, the stage apart from it, the second step's loads behind
+// the first's products).
 std::vector<MlaBranchProjConfig> projection_configs() {
   std::vector<MlaBranchProjConfig> v;
   for (int k : {128, 512})
     for (int block_m : {8, 16, 32, 64, 128})
-      for (int block_n : {128, 256, 512}) {
-        MlaBranchProjConfig c;
-        c.k_dim = k;
-        c.n_dim = k == 128 ? 512 : 128;
-        c.block_m = block_m;
-        c.block_n = block_n;
-        if (block_n > c.n_dim || block_m * k > 32768) continue;  // validate() refuses these
-        v.push_back(c);
-      }
+      for (int block_n : {128, 256, 512})
+        for (int m_steps : {1, 2}) {
+          MlaBranchProjConfig c;
+          c.k_dim = k;
+          c.n_dim = k == 128 ? 512 : 128;
+          c.block_m = block_m;
+          c.block_n = block_n;
+          c.m_steps = m_steps;
+          if (block_n > c.n_dim || block_m * k > 32768) continue;  // validate() refuses these
+          v.push_back(c);
+        }
   return v;
 }
 
 TEST_CASE("mla_decode_branch_fp8's projection matches its fp8 quantization model", "[gpu][mla_decode_branch_fp8]") {
   if (!test::gpu_or_skip()) return;
   const std::vector<MlaBranchProjConfig> configs = projection_configs();
-  CHECK(configs.size() == 19);
+  CHECK(configs.size() == 38);
   for (const MlaBranchProjConfig& c : configs)
     for (int tokens : {1, 17, 100}) check_projection(c, tokens, tokens == 100 ? 8 : 16);
   check_projection(mla_branch_proj_default_config(128, 2, 128), 2, 128);
@@ -138,7 +142,8 @@ TEST_CASE("mla_decode_branch_fp8's projection matches its fp8 quantization model
 // partial), so every shape's copies, barriers and stores run under memcheck and racecheck.
 TEST_CASE("mla_decode_branch_fp8's projection: one small call per tile shape", "[gpu][mla_decode_branch_fp8]") {
   if (!test::gpu_or_skip()) return;
-  for (const MlaBranchProjConfig& c : projection_configs()) check_projection(c, c.block_m + 3, 2);
+  for (const MlaBranchProjConfig& c : projection_configs())
+    check_projection(c, c.block_m * c.m_steps + 3, 2);  // a CTA's steps, then a partial block
 }
 
 TEST_CASE("mla_decode_branch_fp8 matches the unfused float64 branch", "[gpu][mla_decode_branch_fp8]") {

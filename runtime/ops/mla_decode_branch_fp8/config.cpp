@@ -93,6 +93,13 @@ void MlaBranchProjConfig::validate() const {
                 fmt::format("block_m · k_dim must be <= {} (the activations the CTA's threads hold at "
                             "once), got {} · {}",
                             dev::kProjMaxActChunks * dev::kProjThreads * 16, block_m, k_dim));
+  const unsigned smem = dev::proj_smem_bytes(k_dim, block_m, block_n, m_steps);
+  if (smem > static_cast<unsigned>(kMaxSmemPerBlock))
+    fail_config(table().where("m_steps"),
+                fmt::format("the plan needs {} bytes of shared memory, over the {} a block may have "
+                            "(m_steps > 1 keeps W and stages the output apart from it): a smaller "
+                            "block_m or block_n, or m_steps 1",
+                            smem, kMaxSmemPerBlock));
 }
 
 std::string MlaBranchProjConfig::to_json() const { return table().to_json(*this).dump(); }
@@ -111,18 +118,26 @@ MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int nu
   c.k_dim = k_dim == 512 ? 512 : 128;
   c.n_dim = c.k_dim == 128 ? 512 : 128;
   // The smallest token tile that holds the step (wgmma N: no idle columns at decode sizes),
-  // up to what a thread's activation registers allow (128 at K 128, 64 at K 512). H200, h 128,
-  // the output projection at 64 / 128 / 256 tokens: 11.7 / 16.1 / 27.7 µs at block_m 64,
-  // 11.8 / 18.1 / 29.5 at 32.
+  // up to what a thread's activation registers allow (128 at K 128, 64 at K 512).
   const int max_m = c.k_dim == 512 ? 64 : 128;
   c.block_m = 8;
   while (c.block_m < tokens && c.block_m < max_m) c.block_m *= 2;
   // The absorption: 128 rows (four CTAs a head, the most weight requests in flight) while
   // the weights dominate (16 tokens: 7.5 µs against 7.7 at 256 and 8.1 at 512); from 33
   // tokens on, 256 rows halve the re-quantization of each head's activations (128 tokens:
-  // 12.1 µs against 14.8 at 128 and 13.9 at 512; 64 and 256 tokens alike). The output
-  // projection has 128 rows in all.
+  // 12.1 µs against 14.8 at 128 and 13.9 at 512). The output projection has 128 rows in all.
   c.block_n = c.k_dim == 128 && tokens > 32 ? 256 : 128;
+  // Past 128 tokens a CTA walks token blocks with its W kept (H200, h 128, 256 tokens, in a
+  // graph): the absorption 64 tokens × 512 rows × 2 steps, 14.3 µs (one step of 128 × 256:
+  // 18.8); the output projection 32 × 4 steps, 19.1 µs (64 × 1: 24.1; 32 × 8: 31.9).
+  // Up to 128 tokens one step a CTA was as fast or faster (128-token output projection: 64 ×
+  // 1 10.2 µs, 32 × 2 10.3, 32 × 4 13.0), and 33–64 tokens run best at 32 (6.5 µs; 64: 7.1).
+  if (c.k_dim == 512 && tokens > 32 && tokens <= 64) c.block_m = 32;
+  if (tokens > 128) {
+    c.block_m = c.k_dim == 512 ? 32 : 64;
+    c.block_n = c.n_dim;
+    c.m_steps = c.k_dim == 512 ? 4 : 2;
+  }
   return c;
 }
 
@@ -131,7 +146,7 @@ namespace ops {
 void MlaBranchRopeConfig::validate() const { rope_table().check_rules(*this); }
 
 unsigned mla_branch_proj_smem_bytes(const MlaBranchProjConfig& c) {
-  return dev::proj_smem_bytes(c.k_dim, c.block_m, c.block_n);
+  return dev::proj_smem_bytes(c.k_dim, c.block_m, c.block_n, c.m_steps);
 }
 
 const jit::Kernel& mla_branch_proj_kernel(const MlaBranchProjConfig& c, Arch arch) {
@@ -162,7 +177,7 @@ OpSpec main_spec() {
   op.default_set = [] {
     std::vector<nlohmann::json> set;
     for (int k : {128, 512})
-      for (int tokens : {8, 16, 32, 64, 128})
+      for (int tokens : {8, 16, 32, 64, 128, 256})
         set.push_back(nlohmann::json::parse(mla_branch_proj_default_config(k, tokens, 128).to_json()));
     std::sort(set.begin(), set.end());
     set.erase(std::unique(set.begin(), set.end()), set.end());

@@ -187,14 +187,15 @@ void launch_rope(const MlaDecodeBranchFp8Args& a, const Sizes& s, MlaBranchCache
   k.launch(shape, stream, args);
 }
 
-// The projection grid's z: token blocks of block_m, at most 65535 (checked by the plan and by
-// mla_branch_project before anything runs).
+// The projection grid's z: CTAs of m_steps token blocks of block_m, at most 65535 (checked
+// by the plan and by mla_branch_project before anything runs).
 int64_t token_blocks(int64_t tokens, const MlaBranchProjConfig& c, const char* name) {
-  const int64_t blocks = (tokens + c.block_m - 1) / c.block_m;
+  const int64_t per_cta = int64_t{c.block_m} * c.m_steps;
+  const int64_t blocks = (tokens + per_cta - 1) / per_cta;
   if (blocks > 65535)
-    fail_arg(name, fmt::format("{} tokens need {} blocks of block_m = {}: the grid's z dimension "
-                               "holds 65535 (a larger block_m, or fewer tokens a call)",
-                               tokens, blocks, c.block_m));
+    fail_arg(name, fmt::format("{} tokens need {} CTAs of block_m · m_steps = {}: the grid's z "
+                               "dimension holds 65535 (a larger block_m or m_steps, or fewer tokens a call)",
+                               tokens, blocks, per_cta));
   return blocks;
 }
 
