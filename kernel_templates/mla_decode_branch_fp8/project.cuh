@@ -82,7 +82,7 @@ ATTNJIT_DEVICE u32 e4m3x2(float lo, float hi) {
 // bf16 value, or 1200): tests/cpu/test_mla_branch_reference.cpp replays its steps in IEEE
 // float for each of the 128 bf16 mantissas with r anywhere within an ulp of 1/d. Before the
 // multiply (session 34) each value was divided by σ_A (4 instructions, not 1): on an H200 the
-// 128-token output projection took 12.5 µs in a graph against 11.2 now.
+// 128-token output projection took 12.5 µs in a graph against 11.3 with it.
 
 // RN(x / d) from r within an ulp of 1/d: the product, one correction by the exact residual,
 // the sign of x kept for zeros (lost in the residual's sum).

@@ -82,8 +82,9 @@ inline bool cluster_merge_possible(const MlaDecodeSparseConfig& c, int splits) {
 }
 // Whether the main kernel (`main`, of config `c`) merges a token's `splits` in their
 // cluster instead of leaving partials for mla_decode's combine: when it can
-// (cluster_merge_possible) and every token's cluster runs at once on the current device (clusters stay within a GPC: 32 tokens' clusters of 4 did not, and ran 1.6×
-// slower than the combine, H200). The plan decides; the launches follow it.
+// (cluster_merge_possible) and every token's cluster runs at once on the current device
+// (clusters stay within a GPC: 32 tokens' clusters of 4 did not, and ran 1.6× slower than
+// the combine, H200). The plan decides; the launches follow it.
 bool merges_in_cluster(const MlaDecodeSparseShape& shape, const MlaDecodeSparseConfig& c, int splits,
                        const jit::Kernel& main);
 // The launches of a checked call (`s` from check_args, `splits` and `merge_in_cluster` from

@@ -34,7 +34,8 @@
 //                the new positions are never touched.
 //   2. absorb    (mla_decode_branch_fp8, K 128 → N 512) q_nope · W_UKᵀ into the absorbed
 //                q's columns 0..511, activations quantized per token and 128-group:
-//                σ = min(amax, 1200) / 448, saturating e4m3.
+//                σ = min(amax, 1200) / 448, codes e4m3(x · 448 / min(amax, 1200))
+//                (saturating).
 //   3. attention over lengths before + n_b, causal within a sequence's new tokens:
 //                mla_decode on the bf16 cache; on the 640-byte cache the absorbed q is
 //                quantized per token (mla_fp8_quantize, σ_Q over all heads) and
