@@ -80,6 +80,14 @@ std::vector<BranchCase> bench_cases() {
       c.b = 16, c.h = h, c.stage = st;
       v.push_back(c);
     }
+  // And at 64 and 256 tokens, the ends of the range where it asks for all their bytes at
+  // >= 80 % of copy (128 tokens is the stage rows above).
+  for (int b : {64, 256})
+    for (MlaBranchStage st : {MlaBranchStage::kAbsorb, MlaBranchStage::kOutput}) {
+      BranchCase c;
+      c.b = b, c.stage = st;
+      v.push_back(c);
+    }
   return v;
 }
 

@@ -34,7 +34,7 @@ BranchCase read_case(const nlohmann::json& s);
 
 // Issue 22's rows: b 128, q_len 1 and 2, h 128 and 16, cache 4096 and 32768, bf16 and fp8
 // caches, the whole branch; then each stage alone at q_len 1, h 128 and h 16 (cache 4096);
-// the sparse top-k 2048 rows; then the projections alone at 16 tokens.
+// the sparse top-k 2048 rows; then the projections alone at 16, 64 and 256 tokens.
 std::vector<BranchCase> bench_cases();
 
 }  // namespace attnjit::harness
