@@ -93,7 +93,7 @@ void MlaBranchProjConfig::validate() const {
                 fmt::format("block_m · k_dim must be <= {} (the activations the CTA's threads hold at "
                             "once), got {} · {}",
                             dev::kProjMaxActChunks * dev::kProjThreads * 16, block_m, k_dim));
-  const unsigned smem = dev::proj_smem_bytes(k_dim, block_m, block_n, m_steps);
+  const unsigned smem = ops::mla_branch_proj_smem_bytes(*this);
   if (smem > static_cast<unsigned>(kMaxSmemPerBlock))
     fail_config(table().where("m_steps"),
                 fmt::format("the plan needs {} bytes of shared memory, over the {} a block may have "
@@ -118,8 +118,9 @@ MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int nu
   c.k_dim = k_dim == 512 ? 512 : 128;
   c.n_dim = c.k_dim == 128 ? 512 : 128;
   // The smallest token tile that holds the step (wgmma N: no idle columns at decode sizes),
-  // up to what a thread's activation registers allow (128 at K 128, 64 at K 512).
-  const int max_m = c.k_dim == 512 ? 64 : 128;
+  // up to what a thread's activation registers allow (128 at K 128, 64 at K 512); the output
+  // projection's 33–64 tokens run best at 32 (6.5 µs; 64: 7.1).
+  const int max_m = c.k_dim == 512 ? (tokens <= 64 ? 32 : 64) : 128;
   c.block_m = 8;
   while (c.block_m < tokens && c.block_m < max_m) c.block_m *= 2;
   // The absorption: 128 rows (four CTAs a head, the most weight requests in flight) while
@@ -131,8 +132,7 @@ MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int nu
   // graph): the absorption 64 tokens × 512 rows × 2 steps, 14.3 µs (one step of 128 × 256:
   // 18.8); the output projection 32 × 4 steps, 19.1 µs (64 × 1: 24.1; 32 × 8: 31.9).
   // Up to 128 tokens one step a CTA was as fast or faster (128-token output projection: 64 ×
-  // 1 10.2 µs, 32 × 2 10.3, 32 × 4 13.0), and 33–64 tokens run best at 32 (6.5 µs; 64: 7.1).
-  if (c.k_dim == 512 && tokens > 32 && tokens <= 64) c.block_m = 32;
+  // 1 10.2 µs, 32 × 2 10.3, 32 × 4 13.0).
   if (tokens > 128) {
     c.block_m = c.k_dim == 512 ? 32 : 64;
     c.block_n = c.n_dim;
