@@ -299,8 +299,11 @@ class BranchProblem final : public Problem {
   Prepared prepare(const json* overrides) override {
     MlaDecodeBranchFp8Shape shape = mla_decode_branch_fp8_shape(args(0), c_.q_len);
     shape.max_len = c_.s_k;
-    MlaBranchProjConfig absorb = mla_branch_proj_default_config(128, tokens_, c_.h);
-    MlaBranchProjConfig output = mla_branch_proj_default_config(512, tokens_, c_.h);
+    // The op's own choices (the plan's, which also pick the output projection's e4m3
+    // activations where the attention writes them), the overrides laid over them.
+    const MlaDecodeBranchFp8Plan own = mla_decode_branch_fp8_plan(shape);
+    MlaBranchProjConfig absorb = own.absorb;
+    MlaBranchProjConfig output = own.output;
     const json heuristic = {{"absorb", json::parse(absorb.to_json())}, {"output", json::parse(output.to_json())}};
     if (overrides) {
       for (const auto& item : overrides->items())
@@ -314,6 +317,7 @@ class BranchProblem final : public Problem {
         output = MlaBranchProjConfig::from_json(merge_config(heuristic["output"], (*overrides)["output"], {}, runtime).dump());
     }
     auto plan = std::make_shared<MlaDecodeBranchFp8Plan>(mla_decode_branch_fp8_plan(shape, &absorb, &output));
+    raw_e4m3_ = plan->output.a_e4m3;
     auto workspace = std::make_shared<DeviceBuffer>(std::max<size_t>(1, plan->workspace_bytes));
     const Workspace ws{workspace->data(), plan->workspace_bytes};
     mla_decode_branch_fp8_schedule(*plan, args(0), ws, nullptr);
@@ -372,6 +376,7 @@ class BranchProblem final : public Problem {
   std::vector<float> sink_;
   std::vector<int64_t> new_rows_;
   int tokens_ = 0, max_pages_ = 0, num_pages_ = 0, max_pos_ = 0, copies_ = 1, row_bytes_ = 0;
+  bool raw_e4m3_ = false;  // the prepared plan's attention writes e4m3 codes and σ (output.a_e4m3)
   std::vector<uint16_t> q_bits_, kv_bits_, gamma_bits_;
   std::vector<float> freqs_, chunk_scale_;
   std::vector<uint8_t> chunk_;
@@ -516,11 +521,13 @@ double BranchProblem::bytes() const {
   else
     for (int b = 0; b < c_.b; ++b) cache += static_cast<double>(after_[b]) * (row_bytes_ + (c_.fp8 ? 4 : 0));
   const double new_rows = t * (row_bytes_ + (c_.fp8 ? 4 : 0));
+  // The attention's output row (h of them a token): bf16, or e4m3 codes and four f32 σ.
+  const double raw = raw_e4m3_ ? 512 + 4 * 4 : 512 * 2;
   switch (c_.stage) {
     case MlaBranchStage::kRope: return t * h * 64 * 2 * 2 + t * 576 * 2 + new_rows;
     case MlaBranchStage::kAbsorb: return weights + t * h * (128 + 512) * 2;
-    case MlaBranchStage::kAttention: return cache + t * h * (576 + 512) * 2;
-    case MlaBranchStage::kOutput: return weights + t * h * (512 + 128) * 2;
+    case MlaBranchStage::kAttention: return cache + t * h * (576 * 2 + raw);
+    case MlaBranchStage::kOutput: return weights + t * h * (raw + 128 * 2);
     case MlaBranchStage::kAll: break;
   }
   return 2 * weights + t * h * (192 + 128) * 2 + t * 576 * 2 + new_rows + cache;

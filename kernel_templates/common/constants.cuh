@@ -28,6 +28,11 @@ inline constexpr int kWgmmaM = 64;             // rows of one wgmma tile (one wa
 // config rules use without one.
 inline constexpr int kMaxSmemPerBlock = 232448;
 
+// e4m3's largest finite value and the activations' per-group amax bound (the MLA branch's
+// seed: σ_A = min(amax, 1200) / 448; common/act_quant.cuh, harness mla_branch_act_scale).
+inline constexpr float kActE4M3Max = 448.0f;
+inline constexpr float kActAmaxCap = 1200.0f;
+
 inline constexpr float kLog2e = 1.4426950408889634f;  // scores go to exp2 in log2 units
 inline constexpr float kLn2 = 0.69314718055994531f;   // and lse comes back in natural log
 

@@ -5,6 +5,7 @@
 // A split that saw no key has lse_s = −inf and weight 0; a row no split saw stays 0 with
 // lse −inf. Launched with programmatic dependent launch: it waits for the main kernel's
 // memory (griddepcontrol.wait) before reading the partials.
+#include "common/act_quant.cuh"
 #include "common/arch.cuh"
 #include "common/fence.cuh"
 #include "common/numeric.cuh"
@@ -61,11 +62,25 @@ ATTNJIT_DEVICE void combine_row(const CombineArgs& a, int batch, const Seq& seq,
   const float sink = a.sink != nullptr ? a.sink[row % P.num_heads] : neg_inf();
   const float denom = sum + (sum > 0.0f && sink != neg_inf() ? __expf(sink - m) : 0.0f);
   const float inv = sum > 0.0f ? 1.0f / denom : 0.0f;
-  u32* out = reinterpret_cast<u32*>(static_cast<u8*>(a.out) +
-                                    ((static_cast<i64>(seq.start) * P.num_heads + row) * kValueDim +
-                                     4 * threadIdx.x) * dtype_bytes(P.dtype));
-  out[0] = pack2<P.dtype>(acc[0] * inv, acc[1] * inv);
-  out[1] = pack2<P.dtype>(acc[2] * inv, acc[3] * inv);
+  const i64 out_row = static_cast<i64>(seq.start) * P.num_heads + row;
+  const u32 lo = pack2<P.dtype>(acc[0] * inv, acc[1] * inv), hi = pack2<P.dtype>(acc[2] * inv, acc[3] * inv);
+  if (P.dtype == DType::kBF16 && a.out_scale != nullptr) {
+    // e4m3 out (bf16 only): the codes of the bf16 row (common/act_quant.cuh), a warp a
+    // 128-column group, σ from its first lane.
+    float x[4] = {__uint_as_float(lo << 16), __uint_as_float(lo & 0xffff0000u), __uint_as_float(hi << 16),
+                  __uint_as_float(hi & 0xffff0000u)};
+    float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float sigma = act_scaled(amax, x);
+    reinterpret_cast<u32*>(static_cast<u8*>(a.out) + out_row * kValueDim)[threadIdx.x] =
+        e4m3x2(x[0], x[1]) | e4m3x2(x[2], x[3]) << 16;
+    if (threadIdx.x % 32 == 0) a.out_scale[out_row * (kValueDim / 128) + threadIdx.x / 32] = sigma;
+  } else {
+    u32* out = reinterpret_cast<u32*>(static_cast<u8*>(a.out) + (out_row * kValueDim + 4 * threadIdx.x) *
+                                                                    dtype_bytes(P.dtype));
+    out[0] = lo;
+    out[1] = hi;
+  }
   if (a.lse != nullptr && threadIdx.x == 0)
     a.lse[lse_index(a.q, batch, seq, P.num_heads, row % P.num_heads, row / P.num_heads)] =
         sum > 0.0f ? m + __logf(sum) : neg_inf();

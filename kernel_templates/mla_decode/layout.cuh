@@ -62,6 +62,9 @@ struct Args {
   const WorkItem* items;   // balanced: the schedule's pieces; null: static split
   const WorkCounts* counts;
   const int* cta_first;    // balanced: [grid y + 1], each CTA's first item
+  float* out_scale;        // e4m3 output (seesaw only): [total_q, h, 4] f32 σ per 128-column
+                           // group, out then holds the codes (common/act_quant.cuh); null:
+                           // out in q's dtype
 };
 
 // Dynamic shared memory of the main kernel (both schedules' SharedStorage<P>, which
@@ -102,6 +105,7 @@ struct CombineArgs {
   const float* sink;           // [h] f32 attention sink (mla_decode_sparse), or null: none.
                                // Denominator only: out ·= Σ / (Σ + exp(sink − max)); lse
                                // is written without it
+  float* out_scale;            // as Args::out_scale: e4m3 out and its σ, or null
 };
 
 // mla_decode_balance (the schedule kernel): one CTA of kBalanceThreads threads.
@@ -180,11 +184,11 @@ inline constexpr unsigned kBadSlot0 = 2;     // block_table[b][slot]: kBadSlot0 
 
 static_assert(sizeof(WorkItem) == 16 && sizeof(SplitSeq) == 16 && sizeof(WorkCounts) == 16,
               "mla_decode schedule records");
-static_assert(sizeof(QRows) == 16 && sizeof(Args) == 104 && ATTNJIT_OFFSET_IS(Args, q, 48) &&
+static_assert(sizeof(QRows) == 16 && sizeof(Args) == 112 && ATTNJIT_OFFSET_IS(Args, out_scale, 104) && ATTNJIT_OFFSET_IS(Args, q, 48) &&
                   ATTNJIT_OFFSET_IS(Args, scale_log2, 72) && ATTNJIT_OFFSET_IS(Args, items, 80) &&
                   ATTNJIT_OFFSET_IS(Args, counts, 88) && ATTNJIT_OFFSET_IS(Args, cta_first, 96),
               "mla_decode::Args layout");
-static_assert(sizeof(CombineArgs) == 80 && ATTNJIT_OFFSET_IS(CombineArgs, num_splits, 48) &&
+static_assert(sizeof(CombineArgs) == 88 && ATTNJIT_OFFSET_IS(CombineArgs, out_scale, 80) && ATTNJIT_OFFSET_IS(CombineArgs, num_splits, 48) &&
                   ATTNJIT_OFFSET_IS(CombineArgs, split_seqs, 56) &&
                   ATTNJIT_OFFSET_IS(CombineArgs, counts, 64) &&
                   ATTNJIT_OFFSET_IS(CombineArgs, sink, 72),

@@ -3,6 +3,7 @@
 // and its design): the shared-memory plan and its named barriers, the TMA issue, the three
 // GEMM shapes, the softmax steps on accumulator fragments and the output epilogue. Each is
 // a function the two warpgroup roles call; none holds state of its own.
+#include "common/act_quant.cuh"
 #include "common/arch.cuh"
 #include "common/fence.cuh"
 #include "common/mbarrier.cuh"
@@ -398,11 +399,36 @@ ATTNJIT_DEVICE void copy_rows(u32 stage, u32 pitch, u8* dst, int row0, int rows_
   }
 }
 
+// The e4m3 form of the unsplit output (a.out_scale set; bf16 only): each staged bf16 row
+// quantized per 128-column group as the MLA branch's output projection takes it
+// (common/act_quant.cuh: the codes it would have made from the bf16 row) — codes to out,
+// σ to out_scale. A warp takes a row, 8 lanes a group, lane u its values 8u.. and 64 + 8u..
+// (a quarter-warp's 16-byte reads are 128 contiguous bytes of the stage).
+template <auto P>
+ATTNJIT_DEVICE void quantize_rows(u32 stage, u32 pitch, u8* codes, float* scales, int row0, int rows_b) {
+  constexpr int kWarps = Traits<P>::kThreads / kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = lane_id(), g = lane / 8, u = lane % 8;
+#pragma unroll 1
+  for (int row = warp; row < P.block_m; row += kWarps) {
+    if (row0 + row >= rows_b) break;  // warp-uniform: rows are in order, the rest padding
+    const u32 src = stage + static_cast<u32>(row) * pitch + static_cast<u32>(g) * 256;
+    const uint4 lo = ld_shared_16(src + 16 * u), hi = ld_shared_16(src + 128 + 16 * u);
+    const u32 w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    u32 code[4];
+    const float sigma = act_quantize16(w, code);
+    u8* dst = codes + static_cast<i64>(row0 + row) * kValueDim + g * 128;
+    *reinterpret_cast<uint2*>(dst + 8 * u) = make_uint2(code[0], code[1]);
+    *reinterpret_cast<uint2*>(dst + 64 + 8 * u) = make_uint2(code[2], code[3]);
+    if (u == 0) scales[static_cast<i64>(row0 + row) * (kValueDim / 128) + g] = sigma;
+  }
+}
+
 // Output through shared memory (the KV buffers are free once both warpgroups have passed
 // kRowSums): each thread writes its normalized O fragment into a row-major staging tile,
 // then all 256 threads copy whole rows out in 16-byte pieces, coalesced. Row pitches are
 // padded by 16 / 32 bytes so that the 8 rows one fragment store touches hit distinct banks.
-//   unsplit: [64 rows][512] in q's dtype → out (and lse, from WG0)
+//   unsplit: [64 rows][512] in q's dtype → out (and lse, from WG0), or its e4m3 codes and
+//            σ per 128 columns (quantize_rows)
 //   split:   [64 rows][512] f32 → the partial for mla_decode_combine (and its lse)
 // m: final row max (log2 units); l: the full row sum (0: the row saw no key → 0, -inf).
 template <auto P>
@@ -450,6 +476,9 @@ ATTNJIT_DEVICE void write_output(u32 stage, const float (&o)[Traits<P>::kAcc], i
     copy_rows<P, kValueDim * 4>(stage, kPitchF32,
                                 reinterpret_cast<u8*>(a.part_out + part_row0 * kValueDim), row0,
                                 rows_b);
+  else if (P.dtype == DType::kBF16 && a.out_scale != nullptr)
+    quantize_rows<P>(stage, kPitch, static_cast<u8*>(a.out) + static_cast<i64>(t.seq.start) * P.num_heads * kValueDim,
+                     a.out_scale + static_cast<i64>(t.seq.start) * P.num_heads * (kValueDim / 128), row0, rows_b);
   else
     copy_rows<P, kValueDim * T::kElem>(
         stage, kPitch,

@@ -26,8 +26,8 @@ inline constexpr int kVDim = 128;                      // v_head_dim: the output
 //   Q absorption:      K = 128 (q_nope), N = 512: q_latent = q_nope · W_UKᵀ
 //   output projection: K = 512 (latent), N = 128: out = raw · W_UVᵀ
 inline constexpr int kScaleBlock = 128;       // the block-scale granularity (k and n)
-inline constexpr float kActAmaxCap = 1200.0f;  // σ_A's bound on the group amax (the seed's)
-inline constexpr float kE4M3Max = 448.0f;
+using ::attnjit::kActAmaxCap;  // σ_A's bound on the group amax (the seed's; common/constants.cuh)
+inline constexpr float kE4M3Max = kActE4M3Max;
 
 // Grid: x = W row block (N / block_n), y = head, z = token block (⌈tokens / block_m⌉).
 // Rows of A and out are addressed by (token, head) strides in elements, so A can be a
@@ -52,8 +52,12 @@ struct ProjArgs {
   // output).
   int a_ready;
   int pad;
+  // a_e4m3 (config): A arrives quantized — the codes by the kernel's second tensor map
+  // (e4m3 [tokens, h, K], a's strides) and σ_A here, f32 [tokens, h, K / 128] contiguous:
+  // what mla_decode's e4m3 output writes (common/act_quant.cuh). Else null.
+  const float* a_scale;
 };
-static_assert(sizeof(ProjArgs) == 72, "ProjArgs: the block cuLaunchKernelEx passes");
+static_assert(sizeof(ProjArgs) == 80, "ProjArgs: the block cuLaunchKernelEx passes");
 
 // The product runs transposed on wgmma: outᵀ[n, t] = Σ_k W[n, k] · A8[t, k], W's rows on
 // M (64 a row block: no padding whatever the token count) and the block_m tokens on N
@@ -69,33 +73,39 @@ inline constexpr int kProjMaxActChunks = 8;
 // Dynamic shared memory of the projection (offsets from a 1024-byte-aligned base; the
 // launch adds the alignment slack):
 //   w      e4m3 tiles [block_n / 64][K / 128][64 rows][128 B], 128B-swizzled (wgmma A)
-//   a8     e4m3 [K / 128][block_m rows][128 B], 128B-swizzled (wgmma B, K-major)
-//   sigma  f32 σ_A [K / 128][block_m]
+//   a8     e4m3 [slots][K / 128][block_m rows][128 B], 128B-swizzled (wgmma B, K-major): one
+//          slot, or with a_e4m3 and more than one step two (the next step's codes land by
+//          TMA while this one multiplies)
+//   sigma  f32 σ_A [slots][K / 128][block_m]
 //   stage  bf16 [2 warpgroups][block_m][64]: a row block's output, staged for 16-byte stores;
 //          none where the CTA takes one step and it fits the row block's own W tiles, dead
 //          once its wgmmas are done (block_m · 128 B <= (K / 128) · 8 KiB): the output
 //          projection at block_m 64 then fits two CTAs an SM.
 //   bars   one mbarrier per W tile [2 warpgroups][its ≤ 4 tiles]: the tile's copy completes
-//          on it
+//          on it; with a_e4m3 then one per A8 slot
+inline constexpr int kProjA8Slots = 2;
 struct ProjPlan {
   unsigned w, a8, sigma, stage, bars, bytes;
+  int a8_slots;
   bool stage_over_w;
 };
-ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n, int m_steps) {
+ATTNJIT_PLAN ProjPlan proj_plan(int k_dim, int block_m, int block_n, int m_steps, bool a_e4m3) {
   ProjPlan p{};
+  p.a8_slots = a_e4m3 && m_steps > 1 ? kProjA8Slots : 1;
   p.w = 0;
   p.a8 = p.w + static_cast<unsigned>(block_n * k_dim);
-  p.sigma = p.a8 + static_cast<unsigned>(block_m * k_dim);
-  p.stage = (p.sigma + static_cast<unsigned>(k_dim / kScaleBlock * block_m * 4) + 127) / 128 * 128;
+  p.sigma = p.a8 + static_cast<unsigned>(p.a8_slots * block_m * k_dim);
+  p.stage = (p.sigma + static_cast<unsigned>(p.a8_slots * (k_dim / kScaleBlock) * block_m * 4) + 127) / 128 * 128;
   p.stage_over_w =
       m_steps == 1 && block_m * kProjRowBlock * 2 <= k_dim / kScaleBlock * kProjRowBlock * kScaleBlock;
   p.bars = p.stage + (p.stage_over_w ? 0u : static_cast<unsigned>(kProjWarpgroups * block_m * kProjRowBlock * 2));
-  p.bytes = p.bars + static_cast<unsigned>(block_n / kProjRowBlock * (k_dim / kScaleBlock)) * 8;
+  p.bytes = p.bars + static_cast<unsigned>(block_n / kProjRowBlock * (k_dim / kScaleBlock) +
+                                           (a_e4m3 ? kProjA8Slots : 0)) * 8;
   return p;
 }
 inline constexpr unsigned kProjSmemAlign = 1024;  // a 128B-swizzle atom
-ATTNJIT_PLAN unsigned proj_smem_bytes(int k_dim, int block_m, int block_n, int m_steps) {
-  return proj_plan(k_dim, block_m, block_n, m_steps).bytes + kProjSmemAlign;
+ATTNJIT_PLAN unsigned proj_smem_bytes(int k_dim, int block_m, int block_n, int m_steps, bool a_e4m3) {
+  return proj_plan(k_dim, block_m, block_n, m_steps, a_e4m3).bytes + kProjSmemAlign;
 }
 
 // ---- RoPE + RMSNorm + cache write -------------------------------------------------------

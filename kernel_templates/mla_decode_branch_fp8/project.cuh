@@ -15,6 +15,10 @@
 //      through shared memory (stmatrix.trans) to 16-byte stores of the out rows.
 // Steps 2–3 repeat for each of the CTA's token blocks with W kept; a block's activations are
 // loaded once the previous block is quantized, in flight during its products and stores.
+// With a_e4m3 (the output projection behind mla_decode's e4m3 output) step 2 is gone: the
+// codes come by TMA straight into the wgmma tiles (two slots, the next block's in flight)
+// and σ_A from the caller — half the activation bytes and no quantization here.
+#include "common/act_quant.cuh"
 #include "common/arch.cuh"
 #include "common/fence.cuh"
 #include "common/mbarrier.cuh"
@@ -61,68 +65,6 @@ ATTNJIT_DEVICE void stmatrix_x2_trans(u32 addr, u32 r0, u32 r1) {
                : "memory");
 }
 
-// Two floats → two e4m3 codes (RN, saturating) in the low 16 bits, `lo` in the low byte
-// (the PTX form puts its first operand in the upper byte).
-ATTNJIT_DEVICE u32 e4m3x2(float lo, float hi) {
-  u32 r;
-  asm("{ .reg .b16 c; cvt.rn.satfinite.e4m3x2.f32 c, %1, %2; cvt.u32.u16 %0, c; }"
-      : "=r"(r)
-      : "f"(hi), "f"(lo));
-  return r;
-}
-
-// ---- the activations ---------------------------------------------------------------------
-// A group's codes are e4m3(x · ρ) with ρ = RN(448 / a), a = min(amax, 1200) — one multiply a
-// value, DeepGEMM's per-token cast — and σ_A = RN(a / 448) dequantizes them. Both must be
-// bit-exact with the host reference's IEEE divisions. __fdiv_rn's fast path is guarded by
-// FCHK and a slow-path call whose call sites make ptxas spill, so both quotients are taken
-// unguarded and their failures steered around: a subnormal σ_A in integers; groups with
-// a < 2^-60 scale a and x by 2^64 (x·2^64 · RN(448 / (a·2^64)) is the same product, and ρ
-// stays finite). The quotient RN(448 / d) by div_by is exact for every a a group can have (a
-// bf16 value, or 1200): tests/cpu/test_mla_branch_reference.cpp replays its steps in IEEE
-// float for each of the 128 bf16 mantissas with r anywhere within an ulp of 1/d. Before the
-// multiply (session 34) each value was divided by σ_A (4 instructions, not 1): on an H200 the
-// 128-token output projection took 12.5 µs in a graph against 11.3 with it.
-
-// RN(x / d) from r within an ulp of 1/d: the product, one correction by the exact residual,
-// the sign of x kept for zeros (lost in the residual's sum).
-ATTNJIT_DEVICE float div_by(float x, float d, float r) {
-  const float q0 = x * r;
-  return copysignf(fmaf(r, fmaf(-d, q0, x), q0), x);
-}
-
-// One group's 16 values of this lane (8 lanes a group) → their codes' arguments x · ρ, in
-// place; returns σ_A. Groups with a ≥ 2^-60 — all but the degenerate — take the short path.
-ATTNJIT_DEVICE float act_scaled(float amax, float (&x)[16]) {
-  constexpr float kRcp448 = 1.0f / kE4M3Max;  // RN(1/448)
-  const float a = fminf(amax, kActAmaxCap);   // amax inf: 1200, and x = ±inf saturates
-  float sigma;
-  if (a >= __uint_as_float(0x05000000u)) {  // 2^-117: σ_A normal, one correction of a / 448
-    const float q = a * kRcp448;
-    sigma = fmaf(kRcp448, fmaf(-kE4M3Max, q, a), q);
-  } else {  // σ_A subnormal: RN(a·2^149 / 448) ulps of 2^-149, ties to even
-    const u32 b = __float_as_uint(a), ex = b >> 23;
-    const u64 n = ex ? static_cast<u64>((b & 0x7fffffu) | 0x800000u) << (ex - 1) : b;
-    const u64 q = n / 448, rem = n % 448;
-    sigma = __uint_as_float(static_cast<u32>(q + (rem > 224 || (rem == 224 && (q & 1)))));
-  }
-  const bool tiny = a < __uint_as_float(0x21800000u);            // 2^-60
-  const float pre = tiny ? __uint_as_float(0x5f800000u) : 1.0f;  // 2^64
-  const float d = a * pre;                                       // normal unless amax is 0
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  r = fmaf(r, fmaf(-d, r, 1.0f), r);  // one Newton step: within an ulp of 1/d
-  const float rho = div_by(kE4M3Max, d, r);
-  if (!tiny) {
-#pragma unroll
-    for (int j = 0; j < 16; ++j) x[j] *= rho;
-  } else {  // amax 0: σ_A = 0 and codes 0 (ρ is inf)
-#pragma unroll
-    for (int j = 0; j < 16; ++j) x[j] = amax == 0.0f ? 0.0f : x[j] * pre * rho;
-  }
-  return sigma;
-}
-
 // Thread i takes the 32-byte chunks (16 bf16) c = j·256 + i of the row-major [block_m][K]
 // tile: 8 consecutive lanes hold one (token, k group), a warp reads 1 KiB of a row (K = 512)
 // or four 256-byte rows (K = 128). All loads go out at once (≤ 8 chunks: 64 registers).
@@ -156,7 +98,7 @@ struct ActTile {
   // The A8 codes (one 16-byte unit of k group g's tile per lane) and σ_A (the group's first
   // lane), at the plan's offsets from the aligned base s.
   ATTNJIT_DEVICE void quantize(u32 s) const {
-    constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n, P.m_steps);
+    constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n, P.m_steps, false);
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int c = i * kProjThreads + static_cast<int>(threadIdx.x);
@@ -164,19 +106,8 @@ struct ActTile {
       const int row = c / kRowChunks, g = c % kRowChunks / 8, unit = c % 8;
       const u32 w[8] = {v[i][0].x, v[i][0].y, v[i][0].z, v[i][0].w,
                         v[i][1].x, v[i][1].y, v[i][1].z, v[i][1].w};
-      float x[16], m = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        x[j] = __uint_as_float(j % 2 ? w[j / 2] & 0xffff0000u : w[j / 2] << 16);
-        m = fmaxf(m, fabsf(x[j]));
-      }
-#pragma unroll
-      for (int o = 4; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      const float sigma = act_scaled(m, x);
       u32 code[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        code[j] = e4m3x2(x[4 * j], x[4 * j + 1]) | e4m3x2(x[4 * j + 2], x[4 * j + 3]) << 16;
+      const float sigma = act_quantize16(w, code);
       st_shared_16(s + L.a8 + g * P.block_m * 128 + swizzled_128(row, unit),
                    make_uint4(code[0], code[1], code[2], code[3]));
       if (unit == 0) st_shared_f32(s + L.sigma + (g * P.block_m + row) * 4, sigma);
@@ -185,9 +116,22 @@ struct ActTile {
 };
 
 // ---- the kernel ------------------------------------------------------------------------
+// σ_A of token block m0 (a_e4m3: the caller's, [tokens, h, K / 128] f32) into a σ slot of
+// the plan, 0 past the tokens (their codes arrive as TMA's zero fill).
+template <auto P>
+ATTNJIT_DEVICE void load_act_scales(const ProjArgs& a, u32 sigma, int m0) {
+  constexpr int kGroups = P.k_dim / kScaleBlock;
+  for (int c = static_cast<int>(threadIdx.x); c < P.block_m * kGroups; c += kProjThreads) {
+    const int row = c / kGroups, g = c % kGroups, t = m0 + row;
+    const float v = t < a.tokens ? __ldg(a.a_scale + (static_cast<i64>(t) * a.heads + blockIdx.y) * kGroups + g) : 0.0f;
+    st_shared_f32(sigma + (g * P.block_m + row) * 4, v);
+  }
+}
+
 template <auto P>
 __global__ void __launch_bounds__(kProjThreads)
-    project_kernel(const __grid_constant__ TmaDesc w_map,  // e4m3 [h·N, K], box [64, 128], 128B
+    project_kernel(const __grid_constant__ TmaDesc w_map,   // e4m3 [h·N, K], box [64, 128], 128B
+                   const __grid_constant__ TmaDesc a8_map,  // a_e4m3: codes [tokens, h, K], box [block_m, 1, 128], 128B
                    const ProjArgs a) {
   static_assert((P.k_dim == 128 && P.n_dim == 512) || (P.k_dim == 512 && P.n_dim == 128),
                 "the two MLA projections: K = 128, N = 512 or K = 512, N = 128");
@@ -196,7 +140,7 @@ __global__ void __launch_bounds__(kProjThreads)
                 "block_m: wgmma N, 8 … 128 tokens");
   static_assert(P.block_n % (kProjWarpgroups * kProjRowBlock) == 0 && P.n_dim % P.block_n == 0,
                 "block_n: whole 64-row blocks for both warpgroups, dividing N");
-  constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n, P.m_steps);
+  constexpr ProjPlan L = proj_plan(P.k_dim, P.block_m, P.block_n, P.m_steps, P.a_e4m3);
   constexpr int K = P.k_dim, kGroups = K / kScaleBlock, kN = P.block_m;
   constexpr int kBlocks = P.block_n / kProjRowBlock / kProjWarpgroups;  // row blocks per warpgroup
   constexpr int kTiles = kBlocks * kGroups;                             // W tiles per warpgroup
@@ -213,17 +157,26 @@ __global__ void __launch_bounds__(kProjThreads)
   const ProjBar bar = wg == 0 ? ProjBar::kWarpgroup0 : ProjBar::kWarpgroup1;
   unsigned char* const base = smem_raw + (s0 - smem_u32(smem_raw));  // the plan's, generic
   MBarrier* const w_full = reinterpret_cast<MBarrier*>(base + L.bars) + wg * kTiles;  // [kTiles]
+  // a_e4m3: A8 slot k's codes have landed ([kProjA8Slots], after every W tile's).
+  MBarrier* const a8_full = reinterpret_cast<MBarrier*>(base + L.bars) + kProjWarpgroups * kTiles;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kProjWarpgroups * kTiles; ++i)
+    for (int i = 0; i < kProjWarpgroups * kTiles + (P.a_e4m3 ? kProjA8Slots : 0); ++i)
       mbarrier_init(reinterpret_cast<MBarrier*>(base + L.bars) + i, 1);
     fence_mbarrier_init();
   }
   __syncthreads();
+  // a_e4m3: token block m0's codes into A8 slot k, one box a k group (the wgmma tile as it lies).
+  const auto request_codes = [&](int k, int m0) {
+    mbarrier_arrive_expect_tx(&a8_full[k], static_cast<u32>(kN * K));
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      tma_load_3d(a8_map, &a8_full[k], base + L.a8 + k * kN * K + g * kN * 128, g * kScaleBlock, h, m0);
+  };
 
   // Activations the previous kernel does not write (a_ready) go out first: behind the CTA's
   // weight requests they would arrive last and their quantization would not overlap W.
   ActTile<P> act;
-  if (a.a_ready) act.load(a, m_first);
+  if (!P.a_e4m3 && a.a_ready) act.load(a, m_first);
 
   // 1. This warpgroup's W tiles: row block b = wg + 2j, k group g, tile i = j·kGroups + g,
   // in the order it multiplies them, one box each.
@@ -239,7 +192,12 @@ __global__ void __launch_bounds__(kProjThreads)
   // The previous kernel's writes are visible past this point, and it has finished: a kernel
   // launched after this one in the stream may rely on both (layout.cuh, ProjArgs).
   pdl_wait_prior_grids();
-  if (!a.a_ready) act.load(a, m_first);
+  if constexpr (P.a_e4m3) {
+    if (threadIdx.x == 0) request_codes(0, m_first);
+    load_act_scales<P>(a, s0 + L.sigma, m_first);
+  } else if (!a.a_ready) {
+    act.load(a, m_first);
+  }
   // σ_W[h, (n0 + 64 b) / 128, g] of this warpgroup's blocks, requested after the activations:
   // ptxas keeps them in uniform registers and waits for them where they are loaded, which
   // ahead of the activation loads put a DRAM latency in front of those (ncu, 128 tokens).
@@ -258,15 +216,29 @@ __global__ void __launch_bounds__(kProjThreads)
 #pragma unroll 1
   for (int step = 0; step < steps; ++step) {
     const int m0 = m_first + step * P.block_m;
-    // The previous step's wgmmas have read A8 and σ_A, and its stores the stage.
-    if (step > 0) __syncthreads();
-    // 2. A8 and σ_A (the first step's while W streams in); published to wgmma (the async
-    // proxy) by the fence. Then the next step's activations go out, in flight while this
-    // step multiplies and stores: W stays, so only they cross from memory again.
-    act.quantize(s0);
-    fence_proxy_async_smem();
-    __syncthreads();
-    if (step + 1 < steps) act.load(a, m0 + P.block_m);
+    const int slot = P.a_e4m3 ? step % kProjA8Slots : 0;  // A8 and σ_A slot of this step
+    const u32 a8_at = s0 + L.a8 + slot * kN * K, sigma_at = s0 + L.sigma + slot * kGroups * kN * 4;
+    if constexpr (P.a_e4m3) {
+      // 2. The codes came by TMA. Past this barrier the previous step's wgmmas and scales
+      // are done with the other slot and this step's σ_A is in place: the next step's codes
+      // and σ_A go out into the other slot, in flight while this one multiplies and stores.
+      __syncthreads();
+      if (step + 1 < steps) {
+        if (threadIdx.x == 0) request_codes(slot ^ 1, m0 + P.block_m);
+        load_act_scales<P>(a, s0 + L.sigma + (slot ^ 1) * kGroups * kN * 4, m0 + P.block_m);
+      }
+      mbarrier_wait(&a8_full[slot], (step / kProjA8Slots) & 1);
+    } else {
+      // The previous step's wgmmas have read A8 and σ_A, and its stores the stage.
+      if (step > 0) __syncthreads();
+      // 2. A8 and σ_A (the first step's while W streams in); published to wgmma (the async
+      // proxy) by the fence. Then the next step's activations go out, in flight while this
+      // step multiplies and stores: W stays, so only they cross from memory again.
+      act.quantize(s0);
+      fence_proxy_async_smem();
+      __syncthreads();
+      if (step + 1 < steps) act.load(a, m0 + P.block_m);
+    }
 
     // 3. Per row block: outᵀ[64 n × kN t] in the accumulator layout (common/wgmma.cuh): float i
     // of thread (warp w, lane l) is row n = 16w + l/4 + 8·((i/2) % 2), token 8·(i/4) + 2·(l%4) + i%2.
@@ -279,7 +251,7 @@ __global__ void __launch_bounds__(kProjThreads)
         const int i = j * kGroups + g;
         if (step == 0) mbarrier_wait(&w_full[i], 0);  // tile i has landed (its one phase)
         const u32 tile = s0 + L.w + (b * kGroups + g) * kWTileBytes;
-        const u32 a8 = s0 + L.a8 + g * kN * 128;
+        const u32 a8 = a8_at + g * kN * 128;
         float part[kN / 2];
         wgmma_fence();
 #pragma unroll
@@ -291,7 +263,7 @@ __global__ void __launch_bounds__(kProjThreads)
         // The group's scale: σ_W of the block times σ_A of each column (token).
 #pragma unroll
         for (int c = 0; c < kN / 8; ++c) {
-          const u32 sa = s0 + L.sigma + (g * kN + 8 * c + 2 * (lane % 4)) * 4;
+          const u32 sa = sigma_at + (g * kN + 8 * c + 2 * (lane % 4)) * 4;
           const float s_lo = ld_shared_f32(sa) * sigma_w[j][g], s_hi = ld_shared_f32(sa + 4) * sigma_w[j][g];
 #pragma unroll
           for (int r = 0; r < 4; ++r) {

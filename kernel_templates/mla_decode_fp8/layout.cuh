@@ -119,8 +119,8 @@ struct QuantArgs {
   int pad;
 };
 
-static_assert(sizeof(Args) == 104 + 40 && ATTNJIT_OFFSET_IS(Args, q_scale, 104) &&
-                  ATTNJIT_OFFSET_IS(Args, rope_col, 128) && ATTNJIT_OFFSET_IS(Args, rope_e4m3, 136),
+static_assert(sizeof(Args) == 112 + 40 && ATTNJIT_OFFSET_IS(Args, q_scale, 112) &&
+                  ATTNJIT_OFFSET_IS(Args, rope_col, 136) && ATTNJIT_OFFSET_IS(Args, rope_e4m3, 144),
               "mla_decode_fp8::Args layout");
 static_assert(sizeof(QuantArgs) == 56 && ATTNJIT_OFFSET_IS(QuantArgs, rows, 32) &&
                   ATTNJIT_OFFSET_IS(QuantArgs, mode, 48),

@@ -104,6 +104,17 @@ TEST_CASE("mla_decode_branch_fp8 config: defaults, rules, JSON and the registry"
   bad = mla_branch_proj_default_config(512, 1, 128);
   bad.block_n = 256;
   REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "block_n", "n_dim");
+  // e4m3 activations (the attention's e4m3 output): the output projection only.
+  for (int tokens : {1, 16, 64, 100, 256, 1000}) {
+    const MlaBranchProjConfig c = mla_branch_proj_default_config(512, tokens, 128, true);
+    CHECK_NOTHROW(c.validate());
+    CHECK(c.a_e4m3);
+    CHECK(c.block_m * c.m_steps >= std::min(tokens, 128));
+  }
+  CHECK_FALSE(mla_branch_proj_default_config(128, 16, 128, true).a_e4m3);  // the absorption's are bf16
+  bad = mla_branch_proj_default_config(128, 16, 128);
+  bad.a_e4m3 = true;
+  REQUIRE_ERROR(bad.validate(), ErrorKind::kUnsupportedConfig, "a_e4m3", "k_dim 512");
   REQUIRE_ERROR(MlaBranchProjConfig::from_json(R"({"k_dim": 128, "tile": 3})"), ErrorKind::kUnsupportedConfig, "tile");
   const ops::OpSpec& main = ops::find_op("mla_decode_branch_fp8");
   CHECK(!main.default_set().empty());

@@ -13,8 +13,11 @@
 // Ragged q: test_mla_decode_ragged.cpp.
 #include <vector>
 
+#include "attnjit/ops/mla_decode_fp8.hpp"
 #include "gpu/mla_decode_cases.hpp"
+#include "harness/mla_branch_reference.hpp"
 #include "support/catch.hpp"
+#include "support/errors.hpp"
 #include "support/gpu.hpp"
 
 using namespace attnjit;
@@ -341,4 +344,75 @@ TEST_CASE("mla_decode with 32-key tiles and a 4-stage ring", "[gpu][mla_decode]"
         check_case(c, 0, 0, &cfg);
         check_case(c, 3, 0, &cfg);  // split edges off the tile grid
       }
+}
+
+// out_scale: the seesaw kernel's epilogue and the combine write e4m3 codes and σ per 128
+// columns instead of bf16 — exactly what the branch's projection would make of the bf16
+// output (common/act_quant.cuh), so both are checked against the host quantization of the
+// bf16 run, code for code and σ bit for bit: unsplit, static splits and balanced, empty
+// sequences (σ 0, codes 0) and the poison of codes and scales overwritten everywhere.
+TEST_CASE("mla_decode's e4m3 output is the per-group quantization of its bf16 output", "[gpu][mla_decode]") {
+  if (!test::gpu_or_skip()) return;
+  MlaCase c;
+  c.heads = 64;
+  c.q_len = 2;
+  c.lens = {0, 1, 777, 3000, 64};
+  const MlaDecodeConfig cfg = config_for(c);
+  REQUIRE(cfg.schedule == MlaSchedule::kSeesaw);
+  MlaData d(c);
+  const int64_t b = c.batch(), ql = c.q_len, h = c.heads, rows = b * ql * h;
+  for (int splits : {1, 3, 0}) {
+    INFO(fmt::format("{} num_splits {}", c.describe(), splits));
+    RunOptions o;
+    o.config = &cfg;
+    o.num_splits = splits;
+    const RunResult bf = run_mla(d, o);
+
+    MlaDecodeArgs a = d.args(true);
+    DeviceBuffer codes_d(static_cast<size_t>(rows) * test::kMlaVDim), scales_d(static_cast<size_t>(rows) * 4 * 4);
+    codes_d.fill_byte(0x7F);  // e4m3 NaN, and a NaN σ
+    scales_d.fill_byte(0xFF);
+    a.out = TensorView::contiguous(codes_d.data(), DType::kE4M3, {b, ql, h, test::kMlaVDim});
+    a.out_scale = TensorView::contiguous(scales_d.data(), DType::kF32, {b, ql, h, 4});
+    const MlaDecodePlan plan = plan_mla(a, o);
+    DeviceBuffer workspace(plan.workspace_bytes);
+    workspace.fill_byte(0xFF);
+    const Workspace w{plan.workspace_bytes ? workspace.data() : nullptr, plan.workspace_bytes};
+    mla_decode_schedule(plan, a, w, nullptr);
+    mla_decode(a, plan, w, nullptr);
+    test::synchronize();
+    const auto codes = codes_d.download_as<uint8_t>(codes_d.bytes());
+    const auto scales = scales_d.download_as<float>(scales_d.bytes() / 4);
+
+    int64_t bad_sigma = 0, bad_codes = 0, zero_rows = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int g = 0; g < 4; ++g) {
+        const float* x = bf.out.data() + r * test::kMlaVDim + g * 128;
+        float amax = 0.0f;
+        for (int k = 0; k < 128; ++k) amax = std::fmax(amax, std::fabs(x[k]));
+        zero_rows += amax == 0.0f && g == 0;
+        const harness::MlaBranchActScale s = harness::mla_branch_act_scale(amax);
+        bad_sigma += std::memcmp(&scales[static_cast<size_t>(r * 4 + g)], &s.sigma, 4) != 0;
+        for (int k = 0; k < 128; ++k) {
+          const uint8_t got = codes[static_cast<size_t>(r * test::kMlaVDim + g * 128 + k)];
+          const float want = e4m3_to_float(e4m3_from_float(s.scaled(x[k])));
+          bad_codes += !(e4m3_to_float(got) == want);  // ±0 equal; NaN poison never equal
+        }
+      }
+    CHECK(bad_sigma == 0);
+    CHECK(bad_codes == 0);
+    // Rows that saw no key: the empty sequence's, and the first token of the 1-key one (its
+    // causal limit is key -1): σ 0, codes 0.
+    CHECK(zero_rows == (ql + 1) * h);
+  }
+  // The rules: out e4m3 with out_scale, the seesaw schedule only.
+  MlaDecodeArgs a = d.args(false);
+  DeviceBuffer scales_d(static_cast<size_t>(rows) * 16);
+  a.out_scale = TensorView::contiguous(scales_d.data(), DType::kF32, {b, ql, h, 4});
+  REQUIRE_ERROR(mla_decode(a, nullptr, &cfg), ErrorKind::kBadArgument, "out", "e4m3");  // out is bf16
+  MlaDecodeConfig softmax_wg = cfg;
+  softmax_wg.schedule = MlaSchedule::kSoftmaxWarpgroup;
+  DeviceBuffer codes_d(static_cast<size_t>(rows) * test::kMlaVDim);
+  a.out = TensorView::contiguous(codes_d.data(), DType::kE4M3, {b, ql, h, test::kMlaVDim});
+  REQUIRE_ERROR(mla_decode(a, nullptr, &softmax_wg), ErrorKind::kBadArgument, "out_scale", "seesaw");
 }

@@ -15,6 +15,7 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/ops/mla_decode_branch_fp8.hpp"
+#include "attnjit/ops/mla_decode_fp8.hpp"
 #include "attnjit/runtime.hpp"
 #include "driver/driver.hpp"
 #include "harness/mla_branch_reference.hpp"
@@ -68,8 +69,30 @@ void check_projection(const MlaBranchProjConfig& c, int tokens, int heads) {
                                             {int64_t{heads} * a_row, a_row, 1});
   const TensorView ov = TensorView::strided(out_d.data(), DType::kBF16, {tokens, heads, n},
                                             {int64_t{heads} * out_row, out_row, 1});
-  mla_branch_project(av, TensorView::contiguous(w_d.data(), DType::kE4M3, {heads, n, k}),
-                     TensorView::contiguous(s_d.data(), DType::kF32, {heads, n / 128, k / 128}), ov, c, nullptr);
+  // a_e4m3: the same activations quantized on the host as the attention's e4m3 output does
+  // (codes in a row as wide as a's, σ_A beside): the same model must hold.
+  harness::DeviceBuffer a8_d(c.a_e4m3 ? a.size() : 0), sa_d(c.a_e4m3 ? static_cast<size_t>(tokens) * heads * (k / 128) * 4 : 0);
+  TensorView a_in = av, a_scale;
+  if (c.a_e4m3) {
+    std::vector<uint8_t> codes(a.size(), 0x7F);
+    std::vector<float> sigma(static_cast<size_t>(tokens) * heads * (k / 128));
+    for (size_t r = 0; r < static_cast<size_t>(tokens) * heads; ++r)
+      for (int g = 0; g < k / 128; ++g) {
+        float amax = 0.0f;
+        for (int i = g * 128; i < (g + 1) * 128; ++i) amax = std::fmax(amax, std::fabs(harness::bf16_to_float(a[r * a_row + i])));
+        const harness::MlaBranchActScale sc = harness::mla_branch_act_scale(amax);
+        sigma[r * (k / 128) + g] = sc.sigma;
+        for (int i = g * 128; i < (g + 1) * 128; ++i)
+          codes[r * a_row + i] = e4m3_from_float(sc.scaled(harness::bf16_to_float(a[r * a_row + i])));
+      }
+    a8_d.upload(codes);
+    sa_d.upload(sigma);
+    a_in = TensorView::strided(a8_d.data(), DType::kE4M3, {tokens, heads, k}, {int64_t{heads} * a_row, a_row, 1});
+    a_scale = TensorView::contiguous(sa_d.data(), DType::kF32, {tokens, heads, k / 128});
+  }
+  mla_branch_project(a_in, TensorView::contiguous(w_d.data(), DType::kE4M3, {heads, n, k}),
+                     TensorView::contiguous(s_d.data(), DType::kF32, {heads, n / 128, k / 128}), ov, c, nullptr,
+                     a_scale);
   harness::synchronize();
   const auto got = out_d.download_as<uint16_t>(out_d.bytes() / 2);
 
@@ -125,13 +148,26 @@ std::vector<MlaBranchProjConfig> projection_configs() {
           if (block_n > c.n_dim || block_m * k > 32768) continue;  // validate() refuses these
           v.push_back(c);
         }
+  // The output projection on e4m3 activations (the attention's e4m3 output): every token
+  // tile at one step and two (the next step's codes by TMA into the other slot), and four.
+  for (int block_m : {8, 16, 32, 64})
+    for (int m_steps : {1, 2, 4}) {
+      MlaBranchProjConfig c;
+      c.k_dim = 512;
+      c.n_dim = 128;
+      c.block_m = block_m;
+      c.block_n = 128;
+      c.m_steps = m_steps;
+      c.a_e4m3 = true;
+      v.push_back(c);
+    }
   return v;
 }
 
 TEST_CASE("mla_decode_branch_fp8's projection matches its fp8 quantization model", "[gpu][mla_decode_branch_fp8]") {
   if (!test::gpu_or_skip()) return;
   const std::vector<MlaBranchProjConfig> configs = projection_configs();
-  CHECK(configs.size() == 38);
+  CHECK(configs.size() == 50);
   for (const MlaBranchProjConfig& c : configs)
     for (int tokens : {1, 17, 100}) check_projection(c, tokens, tokens == 100 ? 8 : 16);
   check_projection(mla_branch_proj_default_config(128, 2, 128), 2, 128);

@@ -163,10 +163,27 @@ Sizes check_args(const MlaDecodeArgs& a, const MlaDecodeConfig& c) {
   Sizes s;
   check_q(a, c, s);
   check_cache(a, c, s);
-  mla_detail::check_outputs(a.out, a.lse, a.q.dtype, "like q", s);
+  if (a.out_scale.data == nullptr) {
+    mla_detail::check_outputs(a.out, a.lse, a.q.dtype, "like q", s);
+  } else {
+    mla_detail::check_outputs(a.out, a.lse, DType::kE4M3, "e4m3 (out_scale is set)", s);
+    if (a.q.dtype != DType::kBF16)
+      fail_arg("out_scale", fmt::format("e4m3 output quantizes bf16 rows: q must be bf16, got {}",
+                                        to_string(a.q.dtype)));
+    if (c.schedule != MlaSchedule::kSeesaw)
+      fail_arg("out_scale", "e4m3 output is written by the seesaw schedule only (config schedule seesaw)");
+    if (s.ragged)
+      ops::check_dims(a.out_scale, "out_scale", {s.total_q, s.h, kMlaValueDim / 128},
+                      "rank 3 [total_q, h, 4] f32 (one σ per 128 columns of out)");
+    else
+      ops::check_dims(a.out_scale, "out_scale", {s.b, s.q_len, s.h, kMlaValueDim / 128},
+                      "rank 4 [b, q_len, h, 4] f32 (one σ per 128 columns of out)");
+    ops::check_tensor(a.out_scale, "out_scale", DType::kF32, 4);
+  }
   // The kernels run on q's device, where another device's pointer faults.
   for (auto [t, name] : {std::pair{&a.kv_cache, "kv_cache"}, {&a.block_table, "block_table"},
-                         {&a.cache_lens, "cache_lens"}, {&a.out, "out"}, {&a.lse, "lse"}})
+                         {&a.cache_lens, "cache_lens"}, {&a.out, "out"}, {&a.lse, "lse"},
+                         {&a.out_scale, "out_scale"}})
     if (t->data != nullptr) check_same_device(a.q, "q", *t, name);
   if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale))
     fail_arg("softmax_scale", fmt::format("must be a positive finite number, got {}",

@@ -100,8 +100,9 @@ SplitRun split_run(const MlaDecodeShape& shape, bool balanced, int splits, int s
 
 // The combine kernel after a main kernel that wrote partials (programmatic dependent launch).
 // sink: [h] f32 attention sink applied while merging (mla_decode_sparse), or null.
+// out_scale: e4m3 out with σ per 128 columns (MlaDecodeArgs::out_scale), or null.
 void launch_combine(const jit::Kernel& combine, const SplitRun& r, void* out, float* lse,
                     const layout::mla_decode::QRows& q_rows, const Sizes& s, CUstream stream,
-                    const float* sink = nullptr);
+                    const float* sink = nullptr, float* out_scale = nullptr);
 
 }  // namespace attnjit::mla_detail

@@ -142,8 +142,9 @@ SplitRun split_run(const MlaDecodeShape& shape, bool balanced, int splits, int s
 }
 
 void launch_combine(const jit::Kernel& combine, const SplitRun& r, void* out, float* lse,
-                    const dev::QRows& q_rows, const Sizes& s, CUstream stream, const float* sink) {
-  dev::CombineArgs ca{r.part_out, r.part_lse, out, lse, q_rows, r.splits, 0, r.split_seqs, r.counts, sink};
+                    const dev::QRows& q_rows, const Sizes& s, CUstream stream, const float* sink,
+                    float* out_scale) {
+  dev::CombineArgs ca{r.part_out, r.part_lse, out, lse, q_rows, r.splits, 0, r.split_seqs, r.counts, sink, out_scale};
   jit::LaunchShape cshape;
   if (r.balanced) {  // (cut sequence, row) pairs: at most cuts × q_len·h of them
     const int64_t sms = driver::cached_device_info(driver::current_device()).sm_count;
@@ -291,7 +292,8 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
                a.softmax_scale * kLog2e,
                sr.items,
                sr.counts,
-               sr.cta_first};
+               sr.cta_first,
+               static_cast<float*>(a.out_scale.data)};
   jit::LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>((s.q_len * s.h + c.block_m - 1) / c.block_m);
   if (plan.balanced) {  // the plan's bound on CTAs; the schedule gives each its pieces
@@ -307,7 +309,7 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodePlan& plan, Workspace wor
   if (combine == nullptr) return;
 
   mla_detail::launch_combine(*combine, sr, a.out.data, static_cast<float*>(a.lse.data), q_rows, s,
-                             stream);
+                             stream, nullptr, static_cast<float*>(a.out_scale.data));
 }
 
 void mla_decode(const MlaDecodeArgs& a, CUstream stream, const MlaDecodeConfig* config) {

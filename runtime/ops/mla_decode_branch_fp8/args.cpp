@@ -29,12 +29,12 @@ void check_last_contiguous_rows(const TensorView& t, const char* name, DType dty
 
 }  // namespace
 
-void check_rows(const TensorView& t, const char* name, int64_t tokens, int64_t heads, int64_t cols) {
+void check_rows(const TensorView& t, const char* name, int64_t tokens, int64_t heads, int64_t cols, DType dtype) {
   if (t.rank != 3 || (tokens >= 0 && t.shape[0] != tokens) || t.shape[1] != heads || t.shape[2] < cols)
     fail_arg(name, fmt::format("must be rank 3 [tokens{}, h = {}, >= {}], got {}",
                                tokens >= 0 ? fmt::format(" = {}", tokens) : "", heads, cols,
                                t.describe()));
-  check_last_contiguous_rows(t, name, DType::kBF16);
+  check_last_contiguous_rows(t, name, dtype);
 }
 
 void check_weight(const TensorView& w, const char* w_name, const TensorView& scale,

@@ -93,6 +93,9 @@ void MlaBranchProjConfig::validate() const {
                 fmt::format("block_m · k_dim must be <= {} (the activations the CTA's threads hold at "
                             "once), got {} · {}",
                             dev::kProjMaxActChunks * dev::kProjThreads * 16, block_m, k_dim));
+  if (a_e4m3 && k_dim != 512)
+    fail_config(table().where("a_e4m3"),
+                fmt::format("e4m3 activations are the attention's output: needs k_dim 512, got {}", k_dim));
   const unsigned smem = ops::mla_branch_proj_smem_bytes(*this);
   if (smem > static_cast<unsigned>(kMaxSmemPerBlock))
     fail_config(table().where("m_steps"),
@@ -112,11 +115,22 @@ MlaBranchProjConfig MlaBranchProjConfig::from_json(std::string_view text) {
 
 std::string MlaBranchProjConfig::describe() const { return table().describe(*this); }
 
-MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int num_heads) {
+MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int num_heads, bool a_e4m3) {
   (void)num_heads;
   MlaBranchProjConfig c;
   c.k_dim = k_dim == 512 ? 512 : 128;
   c.n_dim = c.k_dim == 128 ? 512 : 128;
+  if (c.k_dim == 512 && a_e4m3) {
+    // e4m3 activations by TMA (H200, h 128, in a graph): 64 tokens 64 × 1 5.2 µs (32 × 1: 6.1);
+    // 128 tokens 64 × 2 7.1 (64 × 1: 7.4, 32 × 2: 7.7); 256 tokens 32 × 4 11.3 (64 × 4: 11.8,
+    // 64 × 2: 13.8, 32 × 8: 14.0). No register bound on the tile: the codes land in smem.
+    c.a_e4m3 = true;
+    c.block_m = 8;  // up to 64 tokens: the smallest tile that holds them, one step
+    while (c.block_m < tokens && c.block_m < 64) c.block_m *= 2;
+    if (tokens > 64) c.m_steps = 2;  // 65–128: 64 × 2, one CTA a head
+    if (tokens > 128) c.block_m = 32, c.m_steps = 4;
+    return c;
+  }
   // The smallest token tile that holds the step (wgmma N: no idle columns at decode sizes),
   // up to what a thread's activation registers allow (128 at K 128, 64 at K 512); the output
   // projection's 33–64 tokens run best at 32 (6.5 µs; 64: 7.1).
@@ -146,7 +160,7 @@ namespace ops {
 void MlaBranchRopeConfig::validate() const { rope_table().check_rules(*this); }
 
 unsigned mla_branch_proj_smem_bytes(const MlaBranchProjConfig& c) {
-  return dev::proj_smem_bytes(c.k_dim, c.block_m, c.block_n, c.m_steps);
+  return dev::proj_smem_bytes(c.k_dim, c.block_m, c.block_n, c.m_steps, c.a_e4m3);
 }
 
 const jit::Kernel& mla_branch_proj_kernel(const MlaBranchProjConfig& c, Arch arch) {
@@ -178,7 +192,8 @@ OpSpec main_spec() {
     std::vector<nlohmann::json> set;
     for (int k : {128, 512})
       for (int tokens : {8, 16, 32, 64, 128, 256})
-        set.push_back(nlohmann::json::parse(mla_branch_proj_default_config(k, tokens, 128).to_json()));
+        for (bool a_e4m3 : {false, true})
+          set.push_back(nlohmann::json::parse(mla_branch_proj_default_config(k, tokens, 128, a_e4m3).to_json()));
     std::sort(set.begin(), set.end());
     set.erase(std::unique(set.begin(), set.end()), set.end());
     return set;

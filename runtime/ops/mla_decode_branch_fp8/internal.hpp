@@ -39,9 +39,10 @@ Sizes check_args(const MlaDecodeBranchFp8Args& a);
 // The sizes against the plan's shape (errors name the argument and the plan's value).
 void check_matches_plan(const Sizes& s, const MlaDecodeBranchFp8Plan& plan);
 
-// A projection operand [tokens, h, ≥ cols] with the last dim contiguous and rows 16-byte
-// aligned (strides multiples of 8 elements).
-void check_rows(const TensorView& t, const char* name, int64_t tokens, int64_t heads, int64_t cols);
+// A projection operand [tokens, h, ≥ cols] of dtype with the last dim contiguous and rows
+// 16-byte aligned (strides multiples of 16 bytes).
+void check_rows(const TensorView& t, const char* name, int64_t tokens, int64_t heads, int64_t cols,
+                DType dtype = DType::kBF16);
 // W e4m3 [h, n, k] contiguous and its scales f32 [h, n / 128, k / 128].
 void check_weight(const TensorView& w, const char* w_name, const TensorView& scale,
                   const char* scale_name, int64_t heads, int n, int k);

@@ -82,7 +82,9 @@ struct Scratch {
   TensorView q_abs;       // bf16 [tokens, h, 576]: the absorbed q
   TensorView q8;          // u8 [tokens, h, 640] (fp8 cache)
   TensorView q_scale;     // f32 [tokens] (fp8 cache): σ_Q per token over all heads
-  TensorView raw;         // bf16 [tokens, h, 512]: the attention's output
+  TensorView raw;         // bf16 [tokens, h, 512]: the attention's output (output.a_e4m3: its
+                          // e4m3 codes, u8 [tokens, h, 512])
+  TensorView raw_scale;   // f32 [tokens, h, 4] (output.a_e4m3): σ of raw's 128-column groups
   Workspace attention;
 };
 
@@ -95,7 +97,13 @@ Scratch scratch(const MlaDecodeBranchFp8Plan& p, Workspace ws, int device) {
     s.q8 = TensorView::contiguous(at(ws, p.q8_offset), DType::kU8, {t, h, kMlaFp8RowBytes}, device);
     s.q_scale = TensorView::contiguous(at(ws, p.q_scale_offset), DType::kF32, {t}, device);
   }
-  s.raw = TensorView::contiguous(at(ws, p.raw_offset), DType::kBF16, {t, h, dev::kLatentDim}, device);
+  if (p.output.a_e4m3) {
+    s.raw = TensorView::contiguous(at(ws, p.raw_offset), DType::kE4M3, {t, h, dev::kLatentDim}, device);
+    s.raw_scale = TensorView::contiguous(at(ws, p.raw_scale_offset), DType::kF32,
+                                         {t, h, dev::kLatentDim / dev::kScaleBlock}, device);
+  } else {
+    s.raw = TensorView::contiguous(at(ws, p.raw_offset), DType::kBF16, {t, h, dev::kLatentDim}, device);
+  }
   s.attention = {at(ws, p.attention_offset), ws.bytes - p.attention_offset};
   return s;
 }
@@ -110,6 +118,7 @@ MlaDecodeArgs dense_args(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchF
   m.block_table = a.block_table;
   m.cache_lens = s.lens_after;
   m.out = s.raw;
+  m.out_scale = s.raw_scale;  // output.a_e4m3: the attention writes the projection's codes
   m.softmax_scale = a.softmax_scale;
   return m;
 }
@@ -201,8 +210,10 @@ int64_t token_blocks(int64_t tokens, const MlaBranchProjConfig& c, const char* n
 
 // One projection: a [tokens, h, ≥ K] → out [tokens, h, ≥ N] (checked by the caller).
 // a_ready: a does not come from the kernel before this one in the stream (ProjArgs).
+// a_scale: with c.a_e4m3, a holds e4m3 codes and a_scale their σ_A [tokens, h, K / 128].
 void launch_project(const TensorView& a, const TensorView& w, const TensorView& w_scale,
-                    const TensorView& out, const MlaBranchProjConfig& c, bool a_ready, CUstream stream) {
+                    const TensorView& out, const MlaBranchProjConfig& c, bool a_ready, CUstream stream,
+                    const TensorView* a_scale = nullptr) {
   const int64_t tokens = a.shape[0], heads = a.shape[1];
   if (tokens == 0) return;
   const jit::Kernel& k = ops::mla_branch_proj_kernel(c, current_arch());
@@ -224,7 +235,22 @@ void launch_project(const TensorView& a, const TensorView& w, const TensorView& 
                    static_cast<int>(tokens),
                    static_cast<int>(heads),
                    a_ready ? 1 : 0,
-                   0};
+                   0,
+                   c.a_e4m3 ? static_cast<const float*>(a_scale->data) : nullptr};
+  // a_e4m3: the codes [tokens, h, K] by a's strides, one box (block_m tokens × one 128-byte
+  // k group, 128B-swizzled) a wgmma tile; rows past the tokens arrive zero.
+  TmaDescriptor a8_map{};
+  if (c.a_e4m3) {
+    TmaMapSpec a8_spec;
+    a8_spec.tensor = TensorView::strided(a.data, DType::kU8, {tokens, heads, c.k_dim},
+                                         {a.strides[0], a.strides[1], 1}, a.device);
+    a8_spec.box[0] = static_cast<uint32_t>(c.block_m);
+    a8_spec.box[1] = 1;
+    a8_spec.box[2] = dev::kScaleBlock;
+    a8_spec.swizzle = Swizzle::k128B;
+    a8_spec.l2_promotion = TmaL2Promotion::k256B;
+    a8_map = encode_tma(a8_spec, "a");
+  }
   jit::LaunchShape shape;
   // Its weight copies (and, a_ready, its activations) overlap the previous kernel's tail.
   shape.programmatic_dependent_launch = true;
@@ -233,7 +259,7 @@ void launch_project(const TensorView& a, const TensorView& w, const TensorView& 
   shape.grid[2] = static_cast<unsigned>(token_blocks(tokens, c, "a"));
   shape.block[0] = dev::kProjThreads;
   shape.dynamic_smem = k.dynamic_smem_bytes();
-  void* args[] = {const_cast<TmaDescriptor*>(&w_map), &pa};
+  void* args[] = {const_cast<TmaDescriptor*>(&w_map), &a8_map, &pa};
   k.launch(shape, stream, args);
 }
 
@@ -310,6 +336,18 @@ MlaDecodeBranchFp8Plan mla_decode_branch_fp8_plan(const MlaDecodeBranchFp8Shape&
   } else {
     p.attention = mla_decode_plan(dense_shape(shape));
   }
+  // The output projection's activations quantized where the attention makes them (its e4m3
+  // output: half the bytes out and in, no quantization in the projection) when the attention
+  // can: the dense bf16 cache on the seesaw schedule. Elsewhere they stay bf16.
+  const bool codes_possible = !sparse && !fp8 && p.attention.config.schedule == MlaSchedule::kSeesaw;
+  if (output == nullptr && codes_possible) {
+    p.output = mla_branch_proj_default_config(dev::kLatentDim, shape.tokens, shape.num_heads, true);
+    p.output.validate();
+    token_blocks(shape.tokens, p.output, "shape.tokens");
+  }
+  if (p.output.a_e4m3 && !codes_possible)
+    fail_config("output.a_e4m3", "needs the attention's e4m3 output: the dense bf16 cache on the seesaw "
+                                 "schedule (not the 640-byte cache, sparse attention or softmax_wg)");
   const size_t t = static_cast<size_t>(shape.tokens), h = static_cast<size_t>(shape.num_heads);
   size_t off = 0;
   p.lens_offset = off;
@@ -323,7 +361,11 @@ MlaDecodeBranchFp8Plan mla_decode_branch_fp8_plan(const MlaDecodeBranchFp8Shape&
     off += align256(t * 4);
   }
   p.raw_offset = off;
-  off += align256(t * h * dev::kLatentDim * 2);
+  off += align256(t * h * dev::kLatentDim * (p.output.a_e4m3 ? 1 : 2));
+  if (p.output.a_e4m3) {
+    p.raw_scale_offset = off;
+    off += align256(t * h * (dev::kLatentDim / dev::kScaleBlock) * 4);
+  }
   p.attention_offset = off;
   off += sparse ? p.attention_sparse.workspace_bytes
        : fp8  ? p.attention_fp8.workspace_bytes
@@ -386,7 +428,7 @@ void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& a, const MlaDecod
     }
   }
   if (all || stage == MlaBranchStage::kOutput)
-    launch_project(w.raw, a.w_uv, a.w_uv_scale, a.out, plan.output, /*a_ready=*/false, stream);
+    launch_project(w.raw, a.w_uv, a.w_uv_scale, a.out, plan.output, /*a_ready=*/false, stream, &w.raw_scale);
 }
 
 void mla_decode_branch_fp8(const MlaDecodeBranchFp8Args& a, const MlaDecodeBranchFp8Plan& plan,
@@ -403,18 +445,27 @@ void mla_decode_branch_fp8(const MlaDecodeBranchFp8Args& a, int max_q_len, CUstr
 }
 
 void mla_branch_project(const TensorView& a, const TensorView& w, const TensorView& w_scale,
-                        const TensorView& out, const MlaBranchProjConfig& config, CUstream stream) {
+                        const TensorView& out, const MlaBranchProjConfig& config, CUstream stream,
+                        const TensorView& a_scale) {
   config.validate();
   if (a.rank != 3)
-    fail_arg("a", fmt::format("must be rank 3 [tokens, h, >= {}] bf16, got {}", config.k_dim, a.describe()));
+    fail_arg("a", fmt::format("must be rank 3 [tokens, h, >= {}] {}, got {}", config.k_dim,
+                              config.a_e4m3 ? "e4m3" : "bf16", a.describe()));
   const int64_t tokens = a.shape[0], heads = a.shape[1];
-  mla_branch_detail::check_rows(a, "a", tokens, heads, config.k_dim);
+  mla_branch_detail::check_rows(a, "a", tokens, heads, config.k_dim, config.a_e4m3 ? DType::kE4M3 : DType::kBF16);
+  if (config.a_e4m3) {
+    ops::check_dims(a_scale, "a_scale", {tokens, heads, config.k_dim / dev::kScaleBlock},
+                    "rank 3 [tokens, h, K / 128] f32 (σ_A of a's codes; config a_e4m3)");
+    ops::check_tensor(a_scale, "a_scale", DType::kF32, 4);
+  } else if (a_scale.data != nullptr) {
+    fail_arg("a_scale", "is for e4m3 activations (config a_e4m3); a is bf16 here");
+  }
   mla_branch_detail::check_weight(w, "w", w_scale, "w_scale", heads, config.n_dim, config.k_dim);
   mla_branch_detail::check_rows(out, "out", tokens, heads, config.n_dim);
   if (tokens * heads > INT32_MAX) fail_arg("a", "more than 2^31 rows");
   token_blocks(tokens, config, "a");
   check_device(a, "a");
-  launch_project(a, w, w_scale, out, config, /*a_ready=*/false, stream);
+  launch_project(a, w, w_scale, out, config, /*a_ready=*/false, stream, &a_scale);
 }
 
 }  // namespace attnjit

@@ -151,7 +151,7 @@ void mla_decode_fp8(const MlaDecodeFp8Args& a, const MlaDecodeFp8Plan& plan, Wor
   dev::Args ka{{i32_ptr(a.block_table), i32_ptr(a.cache_lens), a.out.data,
                 static_cast<float*>(a.lse.data), sr.part_out, sr.part_lse, q_rows,
                 static_cast<int>(s.max_pages), splits, a.softmax_scale * kLog2e, sr.items, sr.counts,
-                sr.cta_first},
+                sr.cta_first, nullptr},
                static_cast<const float*>(a.q_scale.data),
                static_cast<const float*>(a.kv_scale.data),
                f.q_scale_mode,

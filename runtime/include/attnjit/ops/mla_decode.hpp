@@ -75,6 +75,12 @@ struct MlaDecodeArgs {
   TensorView out;
   TensorView lse;              // data == nullptr: not wanted
   float softmax_scale = 0.0f;  // e.g. 1/sqrt(192) × mscale² for DeepSeek
+  // e4m3 output for an fp8 output projection (bf16 q, the seesaw schedule): out e4m3 of
+  // out's shape, out_scale f32 of that shape with 4 for 512 (σ per 128-column group): the
+  // codes and scales DeepSeek's per-token cast gives the bf16 output (σ = min(amax, 1200) /
+  // 448, codes e4m3(x · 448 / min(amax, 1200)); common/act_quant.cuh). data == nullptr: out
+  // in q's dtype.
+  TensorView out_scale;
 };
 
 // The built-in config for these shapes (before any tuning database).

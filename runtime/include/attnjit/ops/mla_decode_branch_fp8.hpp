@@ -92,8 +92,9 @@ struct MlaBranchProjConfig {
 };
 
 // The built-in projection config: k_dim 128 (absorption) or 512 (output projection), for
-// `tokens` rows and h heads.
-MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int num_heads);
+// `tokens` rows and h heads; a_e4m3: the output projection on the attention's e4m3 output
+// (what the plan picks where the attention writes it).
+MlaBranchProjConfig mla_branch_proj_default_config(int k_dim, int tokens, int num_heads, bool a_e4m3 = false);
 
 struct MlaDecodeBranchFp8Args {
   TensorView q;
@@ -147,9 +148,10 @@ struct MlaDecodeBranchFp8Plan {
   MlaDecodeFp8Plan attention_fp8;  // kFp8Token
   MlaDecodeSparsePlan attention_sparse;  // shape.topk > 0
   // The workspace: the lengths after the step, the absorbed q (and its fp8 form), the
-  // attention's output and the attention's own workspace, in this order.
+  // attention's output (bf16, or with output.a_e4m3 its e4m3 codes and their σ) and the
+  // attention's own workspace, in this order.
   size_t lens_offset = 0, q_offset = 0, q8_offset = 0, q_scale_offset = 0, raw_offset = 0,
-         attention_offset = 0;
+         raw_scale_offset = 0, attention_offset = 0;
   size_t workspace_bytes = 0;
 };
 
@@ -189,8 +191,11 @@ void mla_decode_branch_fp8_stage(const MlaDecodeBranchFp8Args& args,
 // out[t, h, :] = a[t, h, :] · W[h]ᵀ with W e4m3 [h, N, K] and f32 scales [h, N/128, K/128],
 // the activations quantized per token, head and 128 columns (σ = min(amax, 1200) / 448).
 // a [tokens, h, ≥ K] bf16 (first K columns read), out [tokens, h, ≥ N] bf16 (first N
-// written); last dims contiguous, rows 16-byte aligned.
+// written); last dims contiguous, rows 16-byte aligned. With config.a_e4m3 (K 512) a holds
+// the e4m3 codes instead and a_scale their σ_A, f32 [tokens, h, K / 128] contiguous (what
+// mla_decode's e4m3 output writes).
 void mla_branch_project(const TensorView& a, const TensorView& w, const TensorView& w_scale,
-                        const TensorView& out, const MlaBranchProjConfig& config, CUstream stream);
+                        const TensorView& out, const MlaBranchProjConfig& config, CUstream stream,
+                        const TensorView& a_scale = {});
 
 }  // namespace attnjit
