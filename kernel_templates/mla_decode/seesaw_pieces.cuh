@@ -402,24 +402,28 @@ ATTNJIT_DEVICE void copy_rows(u32 stage, u32 pitch, u8* dst, int row0, int rows_
 // The e4m3 form of the unsplit output (a.out_scale set; bf16 only): each staged bf16 row
 // quantized per 128-column group as the MLA branch's output projection takes it
 // (common/act_quant.cuh: the codes it would have made from the bf16 row) — codes to out,
-// σ to out_scale. A warp takes a row, 8 lanes a group, lane u its values 8u.. and 64 + 8u..
-// (a quarter-warp's 16-byte reads are 128 contiguous bytes of the stage).
+// σ to out_scale. A warp takes a (row, group), 4 values a lane: 8-byte reads of 256
+// contiguous stage bytes, 4-byte stores of 128 contiguous code bytes, and few registers at
+// the end of a kernel that runs at the limit (16 values a lane spilled 8 bytes there).
 template <auto P>
 ATTNJIT_DEVICE void quantize_rows(u32 stage, u32 pitch, u8* codes, float* scales, int row0, int rows_b) {
-  constexpr int kWarps = Traits<P>::kThreads / kWarpSize;
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = lane_id(), g = lane / 8, u = lane % 8;
+  constexpr int kGroups = kValueDim / 128, kWarps = Traits<P>::kThreads / kWarpSize;
+  const int lane = lane_id();
 #pragma unroll 1
-  for (int row = warp; row < P.block_m; row += kWarps) {
+  for (int p = static_cast<int>(threadIdx.x) / kWarpSize; p < P.block_m * kGroups; p += kWarps) {
+    const int row = p / kGroups, g = p % kGroups;
     if (row0 + row >= rows_b) break;  // warp-uniform: rows are in order, the rest padding
-    const u32 src = stage + static_cast<u32>(row) * pitch + static_cast<u32>(g) * 256;
-    const uint4 lo = ld_shared_16(src + 16 * u), hi = ld_shared_16(src + 128 + 16 * u);
-    const u32 w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    u32 code[4];
-    const float sigma = act_quantize16(w, code);
-    u8* dst = codes + static_cast<i64>(row0 + row) * kValueDim + g * 128;
-    *reinterpret_cast<uint2*>(dst + 8 * u) = make_uint2(code[0], code[1]);
-    *reinterpret_cast<uint2*>(dst + 64 + 8 * u) = make_uint2(code[2], code[3]);
-    if (u == 0) scales[static_cast<i64>(row0 + row) * (kValueDim / 128) + g] = sigma;
+    const u32 v0 = ld_shared_u32(stage + static_cast<u32>(row) * pitch + static_cast<u32>(g * 256 + 8 * lane));
+    const u32 v1 = ld_shared_u32(stage + static_cast<u32>(row) * pitch + static_cast<u32>(g * 256 + 8 * lane + 4));
+    float x[4] = {__uint_as_float(v0 << 16), __uint_as_float(v0 & 0xffff0000u), __uint_as_float(v1 << 16),
+                  __uint_as_float(v1 & 0xffff0000u)};
+    float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float sigma = act_scaled(amax, x);
+    const i64 out_row = row0 + row;
+    reinterpret_cast<u32*>(codes + out_row * kValueDim + g * 128)[lane] = e4m3x2(x[0], x[1]) | e4m3x2(x[2], x[3]) << 16;
+    if (lane == 0) scales[out_row * kGroups + g] = sigma;
   }
 }
 
