@@ -147,6 +147,26 @@ MlaBranchActScale mla_branch_act_scale(float amax) {
   return s;
 }
 
+MlaActCodesCheck mla_branch_check_act_codes(std::span<const float> rows, std::span<const uint8_t> codes,
+                                            std::span<const float> sigma, int k_dim) {
+  require(k_dim % kBlk == 0 && rows.size() % size_t(k_dim) == 0 && codes.size() == rows.size() &&
+              sigma.size() == rows.size() / kBlk,
+          "mla_branch_check_act_codes: rows, codes [n, K] and sigma [n, K / 128]");
+  const auto& e4m3 = e4m3_table();
+  MlaActCodesCheck c;
+  for (size_t g = 0; g < sigma.size(); ++g) {
+    const float* x = rows.data() + g * kBlk;
+    float amax = 0.0f;
+    for (int k = 0; k < kBlk; ++k) amax = std::fmax(amax, std::fabs(x[k]));
+    c.zero_rows += amax == 0.0f && g % size_t(k_dim / kBlk) == 0;
+    const MlaBranchActScale s = mla_branch_act_scale(amax);
+    c.bad_sigma += std::memcmp(&sigma[g], &s.sigma, 4) != 0;
+    for (int k = 0; k < kBlk; ++k)
+      c.bad_codes += !(e4m3[codes[g * kBlk + size_t(k)]] == e4m3[attnjit::e4m3_from_float(s.scaled(x[k]))]);
+  }
+  return c;
+}
+
 MlaBranchWeightFp8 mla_branch_quantize_weight(std::span<const float> w, int heads, int n_dim, int k_dim) {
   require(heads > 0 && n_dim > 0 && k_dim > 0 && n_dim % kBlk == 0 && k_dim % kBlk == 0 &&
               w.size() == size_t(heads) * n_dim * k_dim,

@@ -7,19 +7,11 @@
 // codes, and the host reference (harness mla_branch_act_scale) the same again.
 #include "common/arch.cuh"
 #include "common/constants.cuh"
+#include "common/numeric.cuh"
+#include "common/smem.cuh"
 #include "common/types.cuh"
 
 namespace attnjit {
-
-// Two floats → two e4m3 codes (RN, saturating) in the low 16 bits, `lo` in the low byte
-// (the PTX form puts its first operand in the upper byte).
-ATTNJIT_DEVICE u32 e4m3x2(float lo, float hi) {
-  u32 r;
-  asm("{ .reg .b16 c; cvt.rn.satfinite.e4m3x2.f32 c, %1, %2; cvt.u32.u16 %0, c; }"
-      : "=r"(r)
-      : "f"(hi), "f"(lo));
-  return r;
-}
 
 // ---- the activations ---------------------------------------------------------------------
 // A group's codes are e4m3(x · ρ) with ρ = RN(448 / a), a = min(amax, 1200) — one multiply a
@@ -91,6 +83,32 @@ ATTNJIT_DEVICE float act_quantize16(const u32 (&w)[8], u32 (&code)[4]) {
   for (int j = 0; j < 4; ++j)
     code[j] = e4m3x2(x[4 * j], x[4 * j + 1]) | e4m3x2(x[4 * j + 2], x[4 * j + 3]) << 16;
   return sigma;
+}
+
+// 4 bf16 (lo, hi: two packed pairs, low half first) of one group whose 128 values lie on the
+// 32 lanes of a warp → their code word (4 e4m3, in order) and the group's σ_A. All 32 lanes
+// call it. Where the activations are made (mla_decode's seesaw epilogue and combine), with
+// few registers to spare: 16 values a lane spilled there.
+ATTNJIT_DEVICE float act_quantize4(u32 lo, u32 hi, u32& code) {
+  float x[4] = {__uint_as_float(lo << 16), __uint_as_float(lo & 0xffff0000u), __uint_as_float(hi << 16),
+                __uint_as_float(hi & 0xffff0000u)};
+  float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float sigma = act_scaled(amax, x);
+  code = e4m3x2(x[0], x[1]) | e4m3x2(x[2], x[3]) << 16;
+  return sigma;
+}
+
+// A warp's (row, group) of an output staged in shared memory as bf16: the group's 256 bytes
+// at `src` → its 128 codes at `codes` (4 a lane: 8-byte reads, 4-byte stores, both
+// contiguous over the warp) and σ_A at `sigma` (lane 0).
+ATTNJIT_DEVICE void act_quantize_group(u32 src, u8* codes, float* sigma) {
+  const u32 lane = threadIdx.x % kWarpSize;
+  u32 code;
+  const float s = act_quantize4(ld_shared_u32(src + 8 * lane), ld_shared_u32(src + 8 * lane + 4), code);
+  reinterpret_cast<u32*>(codes)[lane] = code;
+  if (lane == 0) *sigma = s;
 }
 
 }  // namespace attnjit

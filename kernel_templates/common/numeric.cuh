@@ -1,5 +1,5 @@
 #pragma once
-// Small numeric helpers shared by the attention kernels: -inf, exp2 and 16-bit packing.
+// Small numeric helpers shared by the attention kernels: -inf, exp2, 16-bit and e4m3 packing.
 #include "common/arch.cuh"
 #include "common/types.cuh"
 
@@ -68,6 +68,16 @@ ATTNJIT_DEVICE u32 pack2(float lo, float hi) {
   } else {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   }
+  return r;
+}
+
+// Two floats → two e4m3 codes in the low 16 bits, `lo` in the low byte: round to nearest
+// even, saturating to ±448 (NaN stays NaN). cvt puts its first source in the upper byte.
+ATTNJIT_DEVICE u32 e4m3x2(float lo, float hi) {
+  u32 r;
+  asm("{ .reg .b16 c; cvt.rn.satfinite.e4m3x2.f32 c, %1, %2; cvt.u32.u16 %0, c; }"
+      : "=r"(r)
+      : "f"(hi), "f"(lo));
   return r;
 }
 

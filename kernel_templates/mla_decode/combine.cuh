@@ -67,13 +67,9 @@ ATTNJIT_DEVICE void combine_row(const CombineArgs& a, int batch, const Seq& seq,
   if (P.dtype == DType::kBF16 && a.out_scale != nullptr) {
     // e4m3 out (bf16 only): the codes of the bf16 row (common/act_quant.cuh), a warp a
     // 128-column group, σ from its first lane.
-    float x[4] = {__uint_as_float(lo << 16), __uint_as_float(lo & 0xffff0000u), __uint_as_float(hi << 16),
-                  __uint_as_float(hi & 0xffff0000u)};
-    float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
-    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float sigma = act_scaled(amax, x);
-    reinterpret_cast<u32*>(static_cast<u8*>(a.out) + out_row * kValueDim)[threadIdx.x] =
-        e4m3x2(x[0], x[1]) | e4m3x2(x[2], x[3]) << 16;
+    u32 code;
+    const float sigma = act_quantize4(lo, hi, code);
+    reinterpret_cast<u32*>(static_cast<u8*>(a.out) + out_row * kValueDim)[threadIdx.x] = code;
     if (threadIdx.x % 32 == 0) a.out_scale[out_row * (kValueDim / 128) + threadIdx.x / 32] = sigma;
   } else {
     u32* out = reinterpret_cast<u32*>(static_cast<u8*>(a.out) + (out_row * kValueDim + 4 * threadIdx.x) *

@@ -408,22 +408,13 @@ ATTNJIT_DEVICE void copy_rows(u32 stage, u32 pitch, u8* dst, int row0, int rows_
 template <auto P>
 ATTNJIT_DEVICE void quantize_rows(u32 stage, u32 pitch, u8* codes, float* scales, int row0, int rows_b) {
   constexpr int kGroups = kValueDim / 128, kWarps = Traits<P>::kThreads / kWarpSize;
-  const int lane = lane_id();
 #pragma unroll 1
   for (int p = static_cast<int>(threadIdx.x) / kWarpSize; p < P.block_m * kGroups; p += kWarps) {
     const int row = p / kGroups, g = p % kGroups;
     if (row0 + row >= rows_b) break;  // warp-uniform: rows are in order, the rest padding
-    const u32 v0 = ld_shared_u32(stage + static_cast<u32>(row) * pitch + static_cast<u32>(g * 256 + 8 * lane));
-    const u32 v1 = ld_shared_u32(stage + static_cast<u32>(row) * pitch + static_cast<u32>(g * 256 + 8 * lane + 4));
-    float x[4] = {__uint_as_float(v0 << 16), __uint_as_float(v0 & 0xffff0000u), __uint_as_float(v1 << 16),
-                  __uint_as_float(v1 & 0xffff0000u)};
-    float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float sigma = act_scaled(amax, x);
     const i64 out_row = row0 + row;
-    reinterpret_cast<u32*>(codes + out_row * kValueDim + g * 128)[lane] = e4m3x2(x[0], x[1]) | e4m3x2(x[2], x[3]) << 16;
-    if (lane == 0) scales[out_row * kGroups + g] = sigma;
+    act_quantize_group(stage + static_cast<u32>(row) * pitch + static_cast<u32>(g * 256),
+                       codes + out_row * kValueDim + g * 128, scales + out_row * kGroups + g);
   }
 }
 

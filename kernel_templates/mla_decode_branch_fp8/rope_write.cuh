@@ -37,14 +37,6 @@ static_assert(kBlockRopeOffset + 2 * kRopeDim == 656, "the 656-byte row");
 
 inline constexpr float kE4M3MaxF = 448.0f;
 
-// Two f32 → two e4m3 codes in the low 16 bits, `lo` in the lower byte (RN, saturating to
-// ±448 as both quantizers do; cvt puts its first source in the upper byte).
-ATTNJIT_DEVICE u32 e4m3x2(float lo, float hi) {
-  unsigned short c;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c) : "f"(hi), "f"(lo));
-  return c;
-}
-
 ATTNJIT_DEVICE float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
 ATTNJIT_DEVICE float bf16_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
 

@@ -1,6 +1,7 @@
 #pragma once
 // e4m3 conversions of mla_decode_fp8's kernels: the exact widening to bf16 (every e4m3
-// value is a bf16; the path through f16 rounds nothing) and the rounding of P′ to e4m3.
+// value is a bf16; the path through f16 rounds nothing). The rounding to e4m3 is
+// common/numeric.cuh's e4m3x2.
 #include "common/numeric.cuh"
 #include "common/types.cuh"
 
@@ -21,13 +22,6 @@ ATTNJIT_DEVICE u32 e4m3x2_to_bf16x2(u32 two_codes) {
 ATTNJIT_DEVICE uint4 widen8(uint2 c) {
   return make_uint4(e4m3x2_to_bf16x2(c.x), e4m3x2_to_bf16x2(c.x >> 16), e4m3x2_to_bf16x2(c.y),
                     e4m3x2_to_bf16x2(c.y >> 16));
-}
-
-// Two floats → two e4m3 codes (lo in the low byte), round to nearest, saturating.
-ATTNJIT_DEVICE u32 e4m3x2_rn(float lo, float hi) {
-  u32 r;
-  asm("{ .reg .b16 c; cvt.rn.satfinite.e4m3x2.f32 c, %1, %2; cvt.u32.u16 %0, c; }" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 }  // namespace attnjit::mla_decode_fp8

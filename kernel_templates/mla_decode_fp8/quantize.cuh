@@ -6,6 +6,7 @@
 // so that the host reference (mla_fp8_quantize_host) gives the same bits. 576-byte rows
 // (the per-tensor form's) hold the rope in e4m3 as well.
 #include "common/arch.cuh"
+#include "common/numeric.cuh"
 #include "common/types.cuh"
 #include "mla_decode_fp8/layout.cuh"
 
@@ -24,16 +25,6 @@ ATTNJIT_DEVICE void unpack8(const uint4& v, float (&x)[8]) {
     x[2 * i] = __uint_as_float(w[i] << 16);
     x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
-}
-
-// Two floats → two e4m3 codes in the low 16 bits, `lo` in the low byte (the PTX form puts
-// its first operand in the upper byte).
-ATTNJIT_DEVICE u32 e4m3x2(float lo, float hi) {
-  u32 r;
-  asm("{ .reg .b16 c; cvt.rn.satfinite.e4m3x2.f32 c, %1, %2; cvt.u32.u16 %0, c; }"
-      : "=r"(r)
-      : "f"(hi), "f"(lo));
-  return r;
 }
 
 ATTNJIT_DEVICE u32 bf16x2(float lo, float hi) {

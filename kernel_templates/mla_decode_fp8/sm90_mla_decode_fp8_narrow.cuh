@@ -201,8 +201,8 @@ ATTNJIT_DEVICE void store_p(const float (&p)[Traits<P>::kAcc], u8* p8) {
   const bool odd = g % 2 != 0;
 #pragma unroll
   for (int j = 0; j < Traits<P>::kRows / 8; ++j) {
-    const u32 even_col = e4m3x2_rn(p[4 * j], p[4 * j + 2]);     // keys g, g + 8 of column 8j + 2q
-    const u32 odd_col = e4m3x2_rn(p[4 * j + 1], p[4 * j + 3]);  // … of column 8j + 2q + 1
+    const u32 even_col = e4m3x2(p[4 * j], p[4 * j + 2]);     // keys g, g + 8 of column 8j + 2q
+    const u32 odd_col = e4m3x2(p[4 * j + 1], p[4 * j + 3]);  // … of column 8j + 2q + 1
     const u32 other = __shfl_xor_sync(0xffffffffu, odd ? even_col : odd_col, 4);
     const u32 word = odd ? __byte_perm(other, odd_col, 0x5140) : __byte_perm(even_col, other, 0x5140);
     const int n = 8 * j + 2 * (tid % 4) + (odd ? 1 : 0);

@@ -3,6 +3,7 @@
 // appends rows to an fp8 cache), the logical → physical index remap, and the checked
 // mode's validation of the indices, lengths and offsets that live on the GPU.
 #include "common/arch.cuh"
+#include "common/numeric.cuh"
 #include "common/types.cuh"
 #include "mla_decode/common.cuh"
 #include "mla_decode_sparse/layout.cuh"
@@ -20,13 +21,7 @@ using mla_decode::sequence;
 ATTNJIT_DEVICE uint4 to_e4m3x16(const float (&x)[16]) {
   u32 w[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    unsigned short lo, hi;
-    // cvt's first source lands in the upper byte.
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x[4 * i + 1]), "f"(x[4 * i]));
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x[4 * i + 3]), "f"(x[4 * i + 2]));
-    w[i] = static_cast<u32>(lo) | static_cast<u32>(hi) << 16;
-  }
+  for (int i = 0; i < 4; ++i) w[i] = e4m3x2(x[4 * i], x[4 * i + 1]) | e4m3x2(x[4 * i + 2], x[4 * i + 3]) << 16;
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 

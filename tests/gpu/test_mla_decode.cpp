@@ -384,26 +384,12 @@ TEST_CASE("mla_decode's e4m3 output is the per-group quantization of its bf16 ou
     const auto codes = codes_d.download_as<uint8_t>(codes_d.bytes());
     const auto scales = scales_d.download_as<float>(scales_d.bytes() / 4);
 
-    int64_t bad_sigma = 0, bad_codes = 0, zero_rows = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int g = 0; g < 4; ++g) {
-        const float* x = bf.out.data() + r * test::kMlaVDim + g * 128;
-        float amax = 0.0f;
-        for (int k = 0; k < 128; ++k) amax = std::fmax(amax, std::fabs(x[k]));
-        zero_rows += amax == 0.0f && g == 0;
-        const harness::MlaBranchActScale s = harness::mla_branch_act_scale(amax);
-        bad_sigma += std::memcmp(&scales[static_cast<size_t>(r * 4 + g)], &s.sigma, 4) != 0;
-        for (int k = 0; k < 128; ++k) {
-          const uint8_t got = codes[static_cast<size_t>(r * test::kMlaVDim + g * 128 + k)];
-          const float want = e4m3_to_float(e4m3_from_float(s.scaled(x[k])));
-          bad_codes += !(e4m3_to_float(got) == want);  // ±0 equal; NaN poison never equal
-        }
-      }
-    CHECK(bad_sigma == 0);
-    CHECK(bad_codes == 0);
+    const harness::MlaActCodesCheck k = harness::mla_branch_check_act_codes(bf.out, codes, scales, test::kMlaVDim);
+    CHECK(k.bad_sigma == 0);
+    CHECK(k.bad_codes == 0);
     // Rows that saw no key: the empty sequence's, and the first token of the 1-key one (its
     // causal limit is key -1): σ 0, codes 0.
-    CHECK(zero_rows == (ql + 1) * h);
+    CHECK(k.zero_rows == (ql + 1) * h);
   }
   // The rules: out e4m3 with out_scale, the seesaw schedule only.
   MlaDecodeArgs a = d.args(false);
