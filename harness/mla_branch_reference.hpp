@@ -58,10 +58,10 @@ struct MlaBranchActScale {
 };
 MlaBranchActScale mla_branch_act_scale(float amax);
 
-// An e4m3 output (codes and σ per 128 columns, as mla_decode's and mla_decode_fp8's
-// out_scale write them) against the host quantization of the same op's bf16 output `rows`
-// (row-major, k_dim values a row): σ bit for bit, codes by value (±0 equal; a NaN code,
-// the tests' poison, never). zero_rows: rows whose first group is all zero (σ 0, codes 0).
+// An e4m3 output (codes and σ per 128 columns, as mla_decode's out_scale writes them)
+// against the host quantization of the same op's bf16 output `rows` (row-major, k_dim values
+// a row): σ bit for bit, codes by value (±0 equal; a NaN code, the tests' poison, never).
+// zero_rows: rows whose first group is all zero (σ 0, codes 0).
 struct MlaActCodesCheck {
   int64_t bad_sigma = 0, bad_codes = 0, zero_rows = 0;
 };
