@@ -104,7 +104,7 @@ ATTNJIT_DEVICE float act_quantize4(u32 lo, u32 hi, u32& code) {
 // at `src` → its 128 codes at `codes` (4 a lane: 8-byte reads, 4-byte stores, both
 // contiguous over the warp) and σ_A at `sigma` (lane 0).
 ATTNJIT_DEVICE void act_quantize_group(u32 src, u8* codes, float* sigma) {
-  const u32 lane = threadIdx.x % kWarpSize;
+  const u32 lane = static_cast<u32>(lane_id());
   u32 code;
   const float s = act_quantize4(ld_shared_u32(src + 8 * lane), ld_shared_u32(src + 8 * lane + 4), code);
   reinterpret_cast<u32*>(codes)[lane] = code;
