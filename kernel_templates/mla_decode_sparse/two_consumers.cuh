@@ -54,6 +54,8 @@ enum class ConsumerBar : u32 {
   kEvenP = 7,    // WG1 → WG2: P_even, scaled to the final max, is in buffer 0's rope rows
   kOddP = 8,     // WG2 → WG1: P_odd is in s.p
   kSums = 9,     // both: each consumer's row sums are in x.rows[c]
+  kOutStaged = 12,  // consumer c's 128 threads (id kOutStaged + c): its O half is staged
+                    // (10, 11: fp8_producer.cuh's kWidenedBar)
 };
 inline constexpr u32 kConsumerThreads = 2 * kWarpgroupThreads;
 inline constexpr int kLoChunks = 4;                           // chunks 0..3: V columns [0, 256)
@@ -500,6 +502,61 @@ ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, 
   }
 }
 
+// The unsplit output through shared memory. Q is free once both consumers passed kSums
+// (each one's last S retired before it): consumer c stages its normalized O half
+// [64 rows][256] bf16 at row pitch kOutPitch in Q's first or second 33 KiB (16 bytes of
+// padding put the 8 rows of a fragment store in distinct banks), then each of its warps
+// copies whole 512-byte half rows out in 16-byte pieces. Why: stored straight from the
+// fragments, each 32-byte sector of the output took two 4-byte stores (ncu: twice the
+// output's L2 write sectors), at the tail of every CTA.
+inline constexpr u32 kOutPitch = kValueDim + 16;  // a half row: 256 bf16, padded
+template <auto P>
+ATTNJIT_DEVICE void write_output_staged(const float (&o)[kValueDim / 4], int c, const Args& a, const Work& w,
+                                        const Seq& seq, const float (&m)[2], const float (&l)[2], u32 stage) {
+  static_assert(2 * 64 * kOutPitch <= Traits<P>::kQBytes, "both halves fit in Q");
+  const int tid = thread_in_warpgroup();
+  stage += static_cast<u32>(c) * 64u * kOutPitch;
+  opaque(stage);
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int head = w.row0 + wgmma_acc_coord(tid, 2 * r).row;
+    // A row past h (h < 64) is the next token's: staged, never copied out.
+    inv[r] = head < P.num_heads ? unsplit_inv(a, head, m[r], l[r]) : 0.0f;
+    if (c == 0 && tid % 4 == 0 && head < P.num_heads) store_row_stats(a, w, seq, P.num_heads, head, m[r], l[r]);
+  }
+#pragma unroll
+  for (int i = 0; i < kValueDim / 4; i += 2) {
+    const WgmmaCoord x = wgmma_acc_coord(tid, i);
+    const float f = inv[(i / 2) % 2];
+    st_shared_u32(stage + static_cast<u32>(x.row) * kOutPitch + static_cast<u32>(x.col) * 2u,
+                  pack2<DType::kBF16>(o[i] * f, o[i + 1] * f));
+  }
+  named_barrier_sync(static_cast<u32>(ConsumerBar::kOutStaged) + static_cast<u32>(c), kWarpgroupThreads);
+  const int lane = lane_id();
+  // Row `row` of this tile is (token, head row0 + row): out row seq.start·h + q_idx·h + head.
+  u8* dst = static_cast<u8*>(a.out) +
+            ((static_cast<i64>(seq.start) * P.num_heads + w.q_idx * P.num_heads + w.row0) * kValueDim + c * (kValueDim / 2)) * 2 +
+            lane * 16;
+  // kBatch rows in flight a warp; fp8's consumers, which widen beside O, have no registers
+  // to spare at the end (4 spilled 16 bytes there).
+  constexpr int kWarps = kWarpgroupThreads / kWarpSize;
+  constexpr int kBatch = Traits<P>::kFp8 ? 1 : 4;
+#pragma unroll 1
+  for (int row0 = tid / kWarpSize; row0 < 64; row0 += kWarps * kBatch) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k)
+      v[k] = ld_shared_16(stage + static_cast<u32>(row0 + k * kWarps) * kOutPitch + static_cast<u32>(lane) * 16u);
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int row = row0 + k * kWarps;
+      // A row past h is the next token's.
+      if (w.row0 + row < P.num_heads) *reinterpret_cast<uint4*>(dst + static_cast<i64>(row) * kValueDim * 2) = v[k];
+    }
+  }
+}
+
 // Consumer c (0: even, WG1; 1: odd, WG2) and its O columns [256c, +256); then both row
 // sums, and the output.
 template <auto P>
@@ -532,7 +589,10 @@ ATTNJIT_DEVICE void consumer_warpgroup(SharedStorage<P>& s, const Args& a, const
   // loop spilled: the output's place is found again.
   Seq out_seq;
   const Work out_w = relocate<P>(a, out_seq);
-  write_output<P>(o, c, a, out_w, out_seq, rs.m, l);
+  if (out_w.slot < 0)
+    write_output_staged<P>(o, c, a, out_w, out_seq, rs.m, l, smem_u32(s.q));
+  else
+    write_output<P>(o, c, a, out_w, out_seq, rs.m, l);
 }
 
 }  // namespace attnjit::mla_decode_sparse
