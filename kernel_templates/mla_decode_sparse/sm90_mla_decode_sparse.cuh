@@ -270,6 +270,32 @@ ATTNJIT_DEVICE const u8* key_row(const Args& a, const Work& w, int j, int idx) {
   return gathered_row<Traits<P>::kFp8>(a, w, j, idx);
 }
 
+// Key j's row as one checked 32-bit code: its row in its pool, bit 31 set when that is the
+// extra pool, or kSkipped (index outside its pool, or j past the list). two_consumers'
+// producer checks each index once a step and forms both of its fills' addresses from the
+// code alone (key_row in every fill made its producer issue ~10 instructions a copy).
+inline constexpr u32 kSkipped = ~0u;
+inline constexpr u32 kExtraPool = 1u << 31;
+template <auto P>
+ATTNJIT_DEVICE u32 key_code(const Args& a, const Work& w, int j, int idx) {
+  if (j >= w.n_keys) return kSkipped;
+  const bool main = j < w.n_main;
+  const int num_rows = main ? a.main.num_rows : a.extra.num_rows;
+  if (idx < 0 || idx >= num_rows) return kSkipped;
+  return static_cast<u32>(idx) | (main ? 0u : kExtraPool);
+}
+// key_code of a key known to be in the main list.
+ATTNJIT_DEVICE u32 main_code(const Args& a, int idx) {
+  return static_cast<u32>(idx) < static_cast<u32>(a.main.num_rows) ? static_cast<u32>(idx) : kSkipped;
+}
+// The row of a code; kSkipped reads as the main pool's first row (a zero-byte copy's source).
+template <auto P>
+ATTNJIT_DEVICE const u8* code_row(const Args& a, u32 code) {
+  const u32 c = code == kSkipped ? 0u : code;
+  const void* rows = (c & kExtraPool) != 0 ? a.extra.rows : a.main.rows;
+  return static_cast<const u8*>(rows) + static_cast<u64>(c & ~kExtraPool) * static_cast<u32>(row_bytes(Traits<P>::kFp8));
+}
+
 ATTNJIT_DEVICE void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");

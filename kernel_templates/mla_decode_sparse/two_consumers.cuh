@@ -123,18 +123,18 @@ ATTNJIT_DEVICE u32 fill_base(const SharedStorage<P>& s, int group, int unit) {
 template <auto P>
 inline constexpr int kOwnKeys = Traits<P>::kPaired ? Consumers<P>::kKeysPerThread / 2 : Consumers<P>::kKeysPerThread;
 
-// Half kHalf of buffer kBuf: this thread's keys (row_of(r), r < kOwnKeys: the key's row,
-// null when skipped; dst: its first, 16·r rows on), unit `unit` of every chunk of the half;
-// a skipped key is zero-filled (src-size 0 reads nothing).
-template <auto P, int kBuf, int kHalf, class RowOf>
-ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const RowOf& row_of, u32 dst, int unit) {
+// Half kHalf of buffer kBuf: this thread's keys (code_of(r), r < kOwnKeys: the key's
+// key_code; dst: its first, 16·r rows on), unit `unit` of every chunk of the half; a
+// skipped key is zero-filled (src-size 0 reads nothing).
+template <auto P, int kBuf, int kHalf, class CodeOf>
+ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const CodeOf& code_of, u32 dst, int unit) {
   using C = Consumers<P>;
   constexpr int kC0 = HalfChunks<kHalf>::kBegin, kC1 = HalfChunks<kHalf>::kEnd;
 #pragma unroll
   for (int r = 0; r < kOwnKeys<P>; ++r) {
-    const u8* row = row_of(r);
-    const u8* src = (row != nullptr ? row : static_cast<const u8*>(a.main.rows)) + unit * 16;
-    const u32 bytes = row != nullptr ? 16u : 0u;
+    const u32 code = code_of(r);
+    const u8* src = code_row<P>(a, code) + unit * 16;
+    const u32 bytes = code != kSkipped ? 16u : 0u;
     constexpr u32 kRowBytes = 128;  // one chunk row
 #pragma unroll
     for (int c = kC0; c < kC1; ++c)
@@ -146,7 +146,8 @@ ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const RowOf& r
 
 // One fill: waits for the half's release by the previous step (step > 0), stores buffer
 // kBuf's validity flags with its first fill of the step (kHalf == kBuf, marking threads;
-// key_of(r): keys group + 16r, r < 4, all of them), gathers this thread's keys (own_of),
+// key_of(r): the key_code of key group + 16r, r < 4, all of them), gathers this thread's
+// keys (own_of),
 // and arrives on the half's full barrier (the markers' release: the flags; paired, marker 0
 // also announces the other CTA's copy).
 template <auto P, int kBuf, int kHalf, class KeyOf, class OwnOf>
@@ -163,7 +164,7 @@ ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const KeyOf& key_of
   if (kHalf == kBuf && marks) {
 #pragma unroll
     for (int r = 0; r < C::kKeysPerThread; ++r)
-      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + group + kGroups * r]), key_of(r) != nullptr ? 1u : 0u);
+      st_shared_u32(smem_u32(&s.valid[kBuf * C::kBufKeys + group + kGroups * r]), key_of(r) != kSkipped ? 1u : 0u);
   }
   fill_half<P, kBuf, kHalf>(s, a, own_of, dst, unit);
   if constexpr (Traits<P>::kPaired) cp_async_arrive(&s.x.landed[kI]);
@@ -204,36 +205,48 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
   // The indices are loaded a step ahead: their latency (a dependent global load before
   // any row can be gathered) then hides behind the step before.
   int next[2][C::kKeysPerThread];
+  // A step whose 128 keys all lie in the main list (every step of a prefill but a partial
+  // last one; warp-uniform): its indices are 8 loads at constant offsets from one pointer,
+  // and each is checked against the main pool alone.
+  const auto main_only = [&](int step) { return list_pos(step, 1, C::kBufKeys - 1) < w.n_main; };
+  const int* const main_list = a.main.indices + w.token * a.main.stride;
   const auto load_indices = [&](int step) {
+    if (main_only(step)) {
+      const int* list = main_list + list_pos(step, 0, group);
 #pragma unroll
-    for (int b = 0; b < 2; ++b)
+      for (int b = 0; b < 2; ++b)
 #pragma unroll
-      for (int r = 0; r < C::kKeysPerThread; ++r) next[b][r] = key_index<P>(a, w, key(step, b, r));
+        for (int r = 0; r < C::kKeysPerThread; ++r) next[b][r] = list[b * C::kBufKeys + kGroups * r];
+    } else {
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int r = 0; r < C::kKeysPerThread; ++r) next[b][r] = key_index<P>(a, w, key(step, b, r));
+    }
   };
   if (steps > 0) load_indices(0);
   for (int step = 0; step < steps; ++step) {
-    int idx[2][C::kKeysPerThread];  // this step's indices, as stored
+    // This step's keys, checked once (key_code): each is gathered by two fills. 32-bit
+    // codes, not 8 live 64-bit pointers beside the next step's indices (those spilled).
+    u32 code[2][C::kKeysPerThread];
+    const bool main_step = main_only(step);
 #pragma unroll
     for (int b = 0; b < 2; ++b)
 #pragma unroll
-      for (int r = 0; r < C::kKeysPerThread; ++r) idx[b][r] = next[b][r];
+      for (int r = 0; r < C::kKeysPerThread; ++r)
+        code[b][r] = main_step ? main_code(a, next[b][r]) : key_code<P>(a, w, key(step, b, r), next[b][r]);
     if (step + 1 < steps) load_indices(step + 1);
-    // Rows are found where they are gathered (a few integer ops each): 8 live 64-bit
-    // pointers beside the next step's indices would spill.
-    const auto rows0 = [&](int r) { return key_row<P>(a, w, key(step, 0, r), idx[0][r]); };
-    const auto rows1 = [&](int r) { return key_row<P>(a, w, key(step, 1, r), idx[1][r]); };
+    const auto rows0 = [&](int r) { return code[0][r]; };
+    const auto rows1 = [&](int r) { return code[1][r]; };
     // This CTA's keys: a select between two registers, not an indexed (local) array.
-    const auto own0_rows = [&](int r) {
-      return key_row<P>(a, w, key(step, 0, own0 + r), own0 != 0 ? idx[0][kOwnKeys<P> + r] : idx[0][r]);
-    };
-    const auto own1_rows = [&](int r) {
-      return key_row<P>(a, w, key(step, 1, own0 + r), own0 != 0 ? idx[1][kOwnKeys<P> + r] : idx[1][r]);
-    };
+    const auto own0_rows = [&](int r) { return own0 != 0 ? code[0][kOwnKeys<P> + r] : code[0][r]; };
+    const auto own1_rows = [&](int r) { return own0 != 0 ? code[1][kOwnKeys<P> + r] : code[1][r]; };
     // The order the consumers release the halves in, except that the step's first two
     // (WG1's buffer 0 lo, WG2's buffer 1 hi, each mid-step) go in the order they come: in
     // program order buffer 1 hi waited behind buffer 0 lo's release (ncu, prefill: WG2
     // waited on it 10 % of all samples, the producer on buffer 0 lo 6.5 %). One choice per
-    // warp (its lanes then fill alike); the fills' own waits then return at once.
+    // warp (its lanes then fill alike); the fills' own waits then return at once. (The
+    // step's last two in release order as well measured 1 % slower, session 38.)
     bool hi_first = false;
     if (step > 0) {
       const u32 phase = static_cast<u32>(step - 1) & 1u;
