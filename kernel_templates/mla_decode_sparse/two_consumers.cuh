@@ -147,9 +147,8 @@ ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const CodeOf& 
 // One fill: waits for the half's release by the previous step (step > 0), stores buffer
 // kBuf's validity flags with its first fill of the step (kHalf == kBuf, marking threads;
 // key_of(r): the key_code of key group + 16r, r < 4, all of them), gathers this thread's
-// keys (own_of),
-// and arrives on the half's full barrier (the markers' release: the flags; paired, marker 0
-// also announces the other CTA's copy).
+// keys (own_of) and arrives on the half's full barrier (the markers' release: the flags;
+// paired, marker 0 also announces the other CTA's copy).
 template <auto P, int kBuf, int kHalf, class KeyOf, class OwnOf>
 ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const KeyOf& key_of, const OwnOf& own_of, int step,
                          int group, int unit, u32 dst) {
@@ -236,11 +235,11 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
       for (int r = 0; r < C::kKeysPerThread; ++r)
         code[b][r] = main_step ? main_code(a, next[b][r]) : key_code<P>(a, w, key(step, b, r), next[b][r]);
     if (step + 1 < steps) load_indices(step + 1);
-    const auto rows0 = [&](int r) { return code[0][r]; };
-    const auto rows1 = [&](int r) { return code[1][r]; };
+    const auto codes0 = [&](int r) { return code[0][r]; };
+    const auto codes1 = [&](int r) { return code[1][r]; };
     // This CTA's keys: a select between two registers, not an indexed (local) array.
-    const auto own0_rows = [&](int r) { return own0 != 0 ? code[0][kOwnKeys<P> + r] : code[0][r]; };
-    const auto own1_rows = [&](int r) { return own0 != 0 ? code[1][kOwnKeys<P> + r] : code[1][r]; };
+    const auto own0_codes = [&](int r) { return own0 != 0 ? code[0][kOwnKeys<P> + r] : code[0][r]; };
+    const auto own1_codes = [&](int r) { return own0 != 0 ? code[1][kOwnKeys<P> + r] : code[1][r]; };
     // The order the consumers release the halves in, except that the step's first two
     // (WG1's buffer 0 lo, WG2's buffer 1 hi, each mid-step) go in the order they come: in
     // program order buffer 1 hi waited behind buffer 0 lo's release (ncu, prefill: WG2
@@ -260,12 +259,12 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
     }
     for (int k = 0; k < 2; ++k) {
       if (hi_first == (k == 0))
-        fill<P, 1, kHi>(s, a, rows1, own1_rows, step, group, unit, dst);
+        fill<P, 1, kHi>(s, a, codes1, own1_codes, step, group, unit, dst);
       else
-        fill<P, 0, kLo>(s, a, rows0, own0_rows, step, group, unit, dst);
+        fill<P, 0, kLo>(s, a, codes0, own0_codes, step, group, unit, dst);
     }
-    fill<P, 0, kHi>(s, a, rows0, own0_rows, step, group, unit, dst);
-    fill<P, 1, kLo>(s, a, rows1, own1_rows, step, group, unit, dst);
+    fill<P, 0, kHi>(s, a, codes0, own0_codes, step, group, unit, dst);
+    fill<P, 1, kLo>(s, a, codes1, own1_codes, step, group, unit, dst);
   }
 }
 
