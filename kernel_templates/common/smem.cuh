@@ -30,6 +30,15 @@ ATTNJIT_DEVICE void st_shared_16(u32 addr, uint4 v) {
                : "memory");
 }
 
+// Four 8 × 8 16-bit matrices (one warp): register q of lane l holds row l / 4, columns
+// 2·(l % 4) and +1 of matrix q — the wgmma accumulator's layout of an 8 × 8 block; lane
+// 8q + r gives the address of matrix q's row r (16 contiguous bytes).
+ATTNJIT_DEVICE void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // Stores into another CTA's shared memory: addr is a shared::cluster address
 // (cluster_smem_addr of this CTA's address and the target's rank).
 ATTNJIT_DEVICE void st_cluster_f32(u32 addr, float x) {

@@ -358,16 +358,37 @@ ATTNJIT_DEVICE void scale_rows(float (&o)[kValueDim / 4], const float (&f)[2]) {
 }
 
 // P · g (per row) → [64 × 64] K-major swizzled tile at `tile`, fenced for wgmma.
+// bf16: a warp's 16 rows × 64 keys are 16 accumulator blocks of 8 × 8, stored four at a
+// time by stmatrix (x4 number k: key blocks 2k and 2k + 1, each in its two row halves):
+// 4 stores a thread where 16 st.shared took 16 swizzled addresses (prefill: +0–3 % on the
+// L2-resident pools, +9 % at h 64, session 39). fp8 keeps the 16 stores: with stmatrix
+// ptxas spilled 16 bytes in the fp8 producer (88 registers).
 template <auto P>
 ATTNJIT_DEVICE void store_p(const float (&sc)[Consumers<P>::kSAcc], const float (&g)[2], u32 tile) {
   u32 tid = static_cast<u32>(thread_in_warpgroup());
-  opaque(tile);  // 16 swizzled addresses: computed here, not hoisted and spilled
+  opaque(tile);  // swizzled addresses computed here, not hoisted and spilled
   opaque(tid);
+  if constexpr (Traits<P>::kFp8) {
 #pragma unroll
-  for (int i = 0; i < Consumers<P>::kSAcc; i += 2) {
-    const WgmmaCoord c = wgmma_acc_coord(static_cast<int>(tid), i);
-    const float f = g[(i / 2) % 2];
-    st_shared_u32(tile + PTile<P>::byte_offset(c.row, c.col * 2), pack2<DType::kBF16>(sc[i] * f, sc[i + 1] * f));
+    for (int i = 0; i < Consumers<P>::kSAcc; i += 2) {
+      const WgmmaCoord c = wgmma_acc_coord(static_cast<int>(tid), i);
+      const float f = g[(i / 2) % 2];
+      st_shared_u32(tile + PTile<P>::byte_offset(c.row, c.col * 2), pack2<DType::kBF16>(sc[i] * f, sc[i + 1] * f));
+    }
+  } else {
+    // This lane addresses row lane % 8 of matrix q = lane / 8: key block 2k + q / 2, row half q % 2.
+    const u32 lane = tid % 32, q = lane / 8;
+    const u32 row = 16 * (tid / 32) + 8 * (q % 2) + lane % 8;
+#pragma unroll
+    for (int k = 0; k < Consumers<P>::kSAcc / 8; ++k) {
+      u32 r[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {  // matrix m: key block 2k + m / 2, row half m % 2
+        const int i = 4 * (2 * k + m / 2) + 2 * (m % 2);
+        r[m] = pack2<DType::kBF16>(sc[i] * g[m % 2], sc[i + 1] * g[m % 2]);
+      }
+      stmatrix_x4(tile + PTile<P>::byte_offset(row, (16 * k + 8 * (q / 2)) * 2), r[0], r[1], r[2], r[3]);
+    }
   }
   fence_proxy_async_smem();
 }
