@@ -39,6 +39,18 @@ ATTNJIT_DEVICE void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
                : "memory");
 }
 
+// The same four (x4) or two (x2) matrices stored transposed: stored row c of matrix q (its
+// column c) goes to the address lane 8q + c gives.
+ATTNJIT_DEVICE void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+ATTNJIT_DEVICE void stmatrix_x2_trans(u32 addr, u32 r0, u32 r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(r0), "r"(r1)
+               : "memory");
+}
+
 // Stores into another CTA's shared memory: addr is a shared::cluster address
 // (cluster_smem_addr of this CTA's address and the target's rank).
 ATTNJIT_DEVICE void st_cluster_f32(u32 addr, float x) {

@@ -50,21 +50,6 @@ ATTNJIT_DEVICE u32 swizzled_128(int row, int unit) {
 enum class ProjBar : u32 { kSyncThreads = 0, kWarpgroup0, kWarpgroup1, kCount };
 static_assert(static_cast<int>(ProjBar::kCount) <= kNamedBarrierCount);
 
-// ---- PTX -------------------------------------------------------------------------------
-// Four (x4) or two (x2) 8 × 8 bf16 matrices, stored transposed: register q of lane l holds
-// row l / 4, columns 2·(l % 4) and +1 of matrix q; stored row c of matrix q (its column c)
-// goes to the address lane 8q + c gives.
-ATTNJIT_DEVICE void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-}
-ATTNJIT_DEVICE void stmatrix_x2_trans(u32 addr, u32 r0, u32 r1) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(r0),
-               "r"(r1)
-               : "memory");
-}
-
 // Thread i takes the 32-byte chunks (16 bf16) c = j·256 + i of the row-major [block_m][K]
 // tile: 8 consecutive lanes hold one (token, k group), a warp reads 1 KiB of a row (K = 512)
 // or four 256-byte rows (K = 128). All loads go out at once (≤ 8 chunks: 64 registers).
