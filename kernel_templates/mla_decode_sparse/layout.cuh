@@ -69,7 +69,8 @@ struct Args {
                       // (-inf: none), or null; written only when unsplit (the prefill)
   int merge_in_cluster;  // 1 (narrow only, splits 2, 4 or 8): a token's splits are one
                          // cluster (dims 1 × splits) and merge in it; part_out is unused
-  int pad;
+  int items;  // grid x's work, (batch·q_len)·row_tiles: a persistent CTA walks x = blockIdx.x,
+              // + gridDim.x, … below it (persistent.cuh); the others are one item each
 };
 
 // The narrow kernel merges a token's splits in their cluster when they divide its 8 dim
@@ -149,7 +150,8 @@ struct QuantArgs {
   unsigned char* pool;        // [num_rows, 656]
   long long n;
   int num_rows;
-  int pad;
+  int items;  // grid x's work, (batch·q_len)·row_tiles: a persistent CTA walks x = blockIdx.x,
+              // + gridDim.x, … below it (persistent.cuh); the others are one item each
 };
 
 // mla_sparse_remap: logical token positions → physical rows through a block table.
@@ -172,7 +174,8 @@ struct CheckArgs {
   unsigned long long* first_bad;  // (token << 32) | what; ~0 when nothing was found
   QRows q;
   int batch;
-  int pad;
+  int items;  // grid x's work, (batch·q_len)·row_tiles: a persistent CTA walks x = blockIdx.x,
+              // + gridDim.x, … below it (persistent.cuh); the others are one item each
 };
 inline constexpr unsigned kBadIndex = 0;       // main index outside the pool, not -1
 inline constexpr unsigned kBadLength = 1;      // main length > topk (or < 0)

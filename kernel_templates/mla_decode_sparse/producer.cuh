@@ -40,21 +40,21 @@ ATTNJIT_DEVICE void fill_half(SharedStorage<P>& s, const Args& a, const CodeOf& 
   cp_async_arrive(full_bar(s, kBuf, kHalf));
 }
 
-// One fill: waits for the half's release by the previous step (step > 0), stores buffer
+// One fill: waits for the half's release by the previous step (g > 0), stores buffer
 // kBuf's validity flags with its first fill of the step (kHalf == kBuf, marking threads;
 // key_of(r): the key_code of key group + 16r, r < 4, all of them), gathers this thread's
 // keys (own_of) and arrives on the half's full barrier (the markers' release: the flags;
 // paired, marker 0 also announces the other CTA's copy).
 template <auto P, int kBuf, int kHalf, class KeyOf, class OwnOf>
-ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const KeyOf& key_of, const OwnOf& own_of, int step,
+ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const KeyOf& key_of, const OwnOf& own_of, int g,
                          int group, int unit, u32 dst) {
   using C = Consumers<P>;
   constexpr int kI = 2 * kBuf + kHalf;
   const bool marks = unit == 0;
-  if (step > 0) {
-    mbarrier_wait(empty_bar(s, kBuf, kHalf), static_cast<u32>(step - 1) & 1u);
+  if (g > 0) {
+    mbarrier_wait(empty_bar(s, kBuf, kHalf), static_cast<u32>(g - 1) & 1u);
     // Paired: the other CTA holds this half's last copy from here (pair.cuh).
-    if constexpr (Traits<P>::kPaired) mbarrier_wait(&s.x.peer_free[kI], static_cast<u32>(step - 1) & 1u);
+    if constexpr (Traits<P>::kPaired) mbarrier_wait(&s.x.peer_free[kI], static_cast<u32>(g - 1) & 1u);
   }
   if (kHalf == kBuf && marks) {
 #pragma unroll
@@ -77,8 +77,10 @@ ATTNJIT_DEVICE void fill(SharedStorage<P>& s, const Args& a, const KeyOf& key_of
 
 namespace attnjit::mla_decode_sparse {
 
+// The CTA's work item w; g0: the ring's steps before it (persistent.cuh), whose parity the
+// barriers' phases continue.
 template <auto P>
-ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w) {
+ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w, int g0 = 0) {
   using C = Consumers<P>;
   const int tid = thread_in_warpgroup();
   const int group = tid / kGroupThreads, unit = tid % kGroupThreads;
@@ -142,9 +144,10 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
     // waited on it 10 % of all samples, the producer on buffer 0 lo 6.5 %). One choice per
     // warp (its lanes then fill alike); the fills' own waits then return at once. (The
     // step's last two in release order as well measured 1 % slower, session 38.)
+    const int g = g0 + step;
     bool hi_first = false;
-    if (step > 0) {
-      const u32 phase = static_cast<u32>(step - 1) & 1u;
+    if (g > 0) {
+      const u32 phase = static_cast<u32>(g - 1) & 1u;
       for (;;) {
         if (__all_sync(0xffffffffu, mbarrier_test_wait(empty_bar(s, 0, kLo), phase))) break;
         if (__all_sync(0xffffffffu, mbarrier_test_wait(empty_bar(s, 1, kHi), phase))) {
@@ -155,12 +158,12 @@ ATTNJIT_DEVICE void producer_warpgroup(SharedStorage<P>& s, const Args& a, const
     }
     for (int k = 0; k < 2; ++k) {
       if (hi_first == (k == 0))
-        fill<P, 1, kHi>(s, a, codes1, own1_codes, step, group, unit, dst);
+        fill<P, 1, kHi>(s, a, codes1, own1_codes, g, group, unit, dst);
       else
-        fill<P, 0, kLo>(s, a, codes0, own0_codes, step, group, unit, dst);
+        fill<P, 0, kLo>(s, a, codes0, own0_codes, g, group, unit, dst);
     }
-    fill<P, 0, kHi>(s, a, codes0, own0_codes, step, group, unit, dst);
-    fill<P, 1, kLo>(s, a, codes1, own1_codes, step, group, unit, dst);
+    fill<P, 0, kHi>(s, a, codes0, own0_codes, g, group, unit, dst);
+    fill<P, 1, kLo>(s, a, codes1, own1_codes, g, group, unit, dst);
   }
 }
 

@@ -106,6 +106,9 @@ struct Traits {
   static constexpr bool kPaired = P.cluster == 2;
   static_assert(P.cluster == 1 || (kPaired && kTwoConsumers && !kFp8 && kRowTiles == 2),
                 "cluster 2: bf16 two_consumers, a token's two 64-head tiles");
+  // persistent: a CTA per SM walks the grid's x items (persistent.cuh).
+  static constexpr bool kPersistent = P.persistent;
+  static_assert(!kPersistent || (kTwoConsumers && !kFp8 && !kPaired), "persistent: bf16 two_consumers, cluster 1");
 };
 
 enum class Bar : u32 {
@@ -234,8 +237,7 @@ ATTNJIT_DEVICE Work locate(const Args& a, const Seq& seq, u32 bx = blockIdx.x) {
 // for the output of a role whose loop leaves no registers to hold them (ptxas spilled
 // them). The parts the output does not read are dead code.
 template <auto P>
-ATTNJIT_DEVICE Work relocate(const Args& a, Seq& seq) {
-  u32 bx = blockIdx.x;
+ATTNJIT_DEVICE Work relocate(const Args& a, Seq& seq, u32 bx = blockIdx.x) {
   opaque(bx);
   seq = sequence(a.q, token_slot<P>(bx) / a.q.q_len);
   return locate<P>(a, seq, bx);
@@ -397,6 +399,14 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
   }
 }
 
+// Q's 64 head rows of the CTA's token (w.row0 on): 9 TMA boxes on s.q_full.
+template <auto P>
+ATTNJIT_DEVICE void load_q(const TmaDesc& q_map, SharedStorage<P>& s, const Work& w) {
+  const int q_row = static_cast<int>(w.token) * P.num_heads + w.row0;
+  mbarrier_arrive_expect_tx(&s.q_full, Traits<P>::kQBytes);
+  for (int c = 0; c < Traits<P>::kChunks; ++c) tma_load_2d(q_map, &s.q_full, s.q + c * 64 * 128, c * 64, q_row);
+}
+
 }  // namespace attnjit::mla_decode_sparse
 
 #include "mla_decode_sparse/softmax_wg.cuh"
@@ -405,54 +415,64 @@ ATTNJIT_DEVICE void write_output(const float (&o)[kValueDim / 4], int half, cons
 
 namespace attnjit::mla_decode_sparse {
 
+// Thread 0, before the CTA's first barrier: the plan check, Q's descriptor and every
+// mbarrier's count.
+template <auto P>
+ATTNJIT_DEVICE void init_shared(const TmaDesc& q_map, SharedStorage<P>& s) {
+  u32 dyn;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
+  prefetch_tma_desc(q_map);
+  mbarrier_init(&s.q_full, 1);
+  // softmax_wg: one arrival per gathering thread and half row, fired by its cp.async
+  // (cp_async_arrive): both P·V warpgroups fill a KV stage; a raw stage's half is one
+  // warpgroup's. two_consumers: its own counts (two_consumers.cuh).
+  if constexpr (Traits<P>::kTwoConsumers) {
+    init_consumer_barriers<P>(s);
+  } else {
+    for (int i = 0; i < Traits<P>::kKvStages; ++i) mbarrier_init(&s.kv_full[i], 2 * kWarpgroupThreads);
+  }
+  if constexpr (Traits<P>::kRawStages > 0)
+    for (int i = 0; i < Traits<P>::kRawStages; ++i)
+      for (int h = 0; h < 2; ++h) mbarrier_init(&s.raw_full[i][h], kWarpgroupThreads);
+  fence_mbarrier_init();
+}
+
+}  // namespace attnjit::mla_decode_sparse
+
+#include "mla_decode_sparse/persistent.cuh"
+
+namespace attnjit::mla_decode_sparse {
+
 template <auto P>
 __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
     kernel(const __grid_constant__ TmaDesc q_map,  // [total_q·h, 576] bf16, box [64, 64]
            const Args args) {
   static_assert(kPlanMatches<P>, "mla_decode_sparse/layout.cuh's smem_bytes is not this SharedStorage's");
+  if constexpr (Traits<P>::kPersistent) {
+    persistent_kernel<P>(q_map, args);
+    return;
+  }
   const Seq seq = sequence(args.q, token_slot<P>() / args.q.q_len);
   if (token_slot<P>() % args.q.q_len >= seq.q_len) return;  // ragged: no such token
   extern __shared__ u8 smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<P>*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
   const Work w = locate<P>(args, seq);
   const int wg = warpgroup_id_uniform();
-  if (threadIdx.x == 0) {
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < kDynamicSmemBytes<P>) __trap();  // host and device disagree on the plan
-    prefetch_tma_desc(q_map);
-    mbarrier_init(&s.q_full, 1);
-    // softmax_wg: one arrival per gathering thread and half row, fired by its cp.async
-    // (cp_async_arrive): both P·V warpgroups fill a KV stage; a raw stage's half is one
-    // warpgroup's. two_consumers: its own counts (two_consumers.cuh).
-    if constexpr (Traits<P>::kTwoConsumers) {
-      init_consumer_barriers<P>(s);
-    } else {
-      for (int i = 0; i < Traits<P>::kKvStages; ++i) mbarrier_init(&s.kv_full[i], 2 * kWarpgroupThreads);
-    }
-    if constexpr (Traits<P>::kRawStages > 0)
-      for (int i = 0; i < Traits<P>::kRawStages; ++i)
-        for (int h = 0; h < 2; ++h) mbarrier_init(&s.raw_full[i][h], kWarpgroupThreads);
-    fence_mbarrier_init();
-  }
+  if (threadIdx.x == 0) init_shared<P>(q_map, s);
   // cluster 2: the other CTA arrives on and copies into this one's barriers and ring.
   if constexpr (Traits<P>::kPaired)
     cluster_sync();
   else
     __syncthreads();
-  if (threadIdx.x == 0 && w.tile_begin < w.tile_end) {  // this token's 64 head rows
-    const int q_row = static_cast<int>(w.token) * P.num_heads + w.row0;
-    mbarrier_arrive_expect_tx(&s.q_full, Traits<P>::kQBytes);
-    for (int c = 0; c < Traits<P>::kChunks; ++c)
-      tma_load_2d(q_map, &s.q_full, s.q + c * 64 * 128, c * 64, q_row);
-  }
+  if (threadIdx.x == 0 && w.tile_begin < w.tile_end) load_q<P>(q_map, s, w);
   if constexpr (Traits<P>::kTwoConsumers) {
     if (wg == 0) {
       warpgroup_reg_dealloc<Traits<P>::kProducerRegs>();
       producer_warpgroup<P>(s, args, w);
     } else {
       warpgroup_reg_alloc<Traits<P>::kConsumerRegs>();
-      consumer_warpgroup<P>(s, args, w, seq, wg - 1);
+      consumer_warpgroup<P>(s, args, w, wg - 1);
     }
   } else if (wg == 0) {
     warpgroup_reg_dealloc<Traits<P>::kSoftmaxRegs>();

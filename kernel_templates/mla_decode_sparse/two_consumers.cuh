@@ -57,6 +57,8 @@ enum class ConsumerBar : u32 {
   kSums = 9,     // both: each consumer's row sums are in x.rows[c]
   kOutStaged = 12,  // consumer c's 128 threads (id kOutStaged + c): its O half is staged
                     // (10, 11: fp8_producer.cuh's kWidenedBar)
+  kQFree = 14,   // persistent, both: the item's output left Q's space, its sums were read
+                 // (persistent.cuh)
 };
 inline constexpr u32 kConsumerThreads = 2 * kWarpgroupThreads;
 inline constexpr int kLoChunks = 4;                           // chunks 0..3: V columns [0, 256)
@@ -249,8 +251,8 @@ ATTNJIT_DEVICE u32 p_even_tile(const SharedStorage<P>& s) {
 }
 
 template <auto P>
-ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps, float (&o)[kValueDim / 4],
-                                  RowState& rs) {
+ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps, int g0,
+                                  float (&o)[kValueDim / 4], RowState& rs) {
   using C = Consumers<P>;
   const int tid = thread_in_warpgroup();
   const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
@@ -259,7 +261,7 @@ ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps,
   float sc[C::kSAcc];  // S_even, then P_even: [64 × 64] accumulator fragment
   u32 pf[4][4];        // P_even as RS A fragments (k16 steps × 4 registers)
   for (int step = 0; step < steps; ++step) {
-    const u32 phase = static_cast<u32>(step) & 1u;
+    const u32 phase = static_cast<u32>(g0 + step) & 1u;
     wait_full<P, 0, kLo>(s, phase);
     fence_proxy_async_smem();  // cp.async wrote in the generic proxy; wgmma reads in the async one
     issue_s<P, 0, kLoChunks, true>(sc, q, kv, 0);
@@ -318,11 +320,14 @@ ATTNJIT_DEVICE void even_consumer(SharedStorage<P>& s, const Args& a, int steps,
   }
   wgmma_wait<0>();
   wgmma_fence_operands(o);
+  // Persistent: the next item's producer refills buffer 1 lo (and WG2 s.p) without waiting
+  // for this warpgroup's next S.
+  if (Traits<P>::kPersistent && steps > 0) release<P>(s, 1, kLo);
 }
 
 template <auto P>
-ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, float (&o)[kValueDim / 4],
-                                 RowState& rs) {
+ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, int g0,
+                                 float (&o)[kValueDim / 4], RowState& rs) {
   using C = Consumers<P>;
   const int tid = thread_in_warpgroup();
   const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
@@ -332,7 +337,7 @@ ATTNJIT_DEVICE void odd_consumer(SharedStorage<P>& s, const Args& a, int steps, 
   float sc[C::kSAcc];  // S_odd, then P_odd
   u32 pf[4][4];
   for (int step = 0; step < steps; ++step) {
-    const u32 phase = static_cast<u32>(step) & 1u;
+    const u32 phase = static_cast<u32>(g0 + step) & 1u;
     // hi first: the producer fills buffer 1's hi half before its lo half.
     wait_full<P, 1, kHi>(s, phase);
     if constexpr (Traits<P>::kFp8) consumer_widen<P, 1>(s);  // its raw bytes → bf16, here
@@ -438,21 +443,22 @@ ATTNJIT_DEVICE void write_output_staged(const float (&o)[kValueDim / 4], int c, 
 }
 
 // Consumer c (0: even, WG1; 1: odd, WG2) and its O columns [256c, +256); then both row
-// sums, and the output.
+// sums, and the output. Persistent (persistent.cuh): item bx after g0 steps of the ring and
+// `q_loads` loads of Q.
 template <auto P>
-ATTNJIT_DEVICE void consumer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w, const Seq& seq,
-                                       int c) {
+ATTNJIT_DEVICE void consumer_warpgroup(SharedStorage<P>& s, const Args& a, const Work& w, int c, int g0 = 0,
+                                       u32 q_loads = 0, u32 bx = blockIdx.x) {
   const int tid = thread_in_warpgroup();
   float o[kValueDim / 4];  // O[64 × 256] f32
 #pragma unroll
   for (int i = 0; i < kValueDim / 4; ++i) o[i] = 0.0f;
   RowState rs{{neg_inf(), neg_inf()}, {0.0f, 0.0f}};
   const int steps = (w.tile_end - w.tile_begin) / Traits<P>::kStepTiles;
-  if (steps > 0) mbarrier_wait(&s.q_full, 0);
+  if (steps > 0) mbarrier_wait(&s.q_full, q_loads & 1u);
   if (c == 0)
-    even_consumer<P>(s, a, steps, o, rs);
+    even_consumer<P>(s, a, steps, g0, o, rs);
   else
-    odd_consumer<P>(s, a, steps, o, rs);
+    odd_consumer<P>(s, a, steps, g0, o, rs);
   // Both end with the step's final max in rs.m; the row sums are each consumer's keys.
   const int rows[2] = {wgmma_acc_coord(tid, 0).row, wgmma_acc_coord(tid, 2).row};
   float l[2];
@@ -468,7 +474,7 @@ ATTNJIT_DEVICE void consumer_warpgroup(SharedStorage<P>& s, const Args& a, const
   // Beside O and WG1's widening under its S, the prologue's Work and Seq held across the
   // loop spilled: the output's place is found again.
   Seq out_seq;
-  const Work out_w = relocate<P>(a, out_seq);
+  const Work out_w = relocate<P>(a, out_seq, bx);
   if (out_w.slot < 0)
     write_output_staged<P>(o, c, a, out_w, out_seq, rs.m, l, smem_u32(s.q));
   else

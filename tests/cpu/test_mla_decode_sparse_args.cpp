@@ -123,6 +123,19 @@ TEST_CASE("mla_decode_sparse config: defaults, rules and JSON", "[mla_decode_spa
   REQUIRE_ERROR(pair.validate(), ErrorKind::kUnsupportedConfig, "'cluster'", "two_consumers");
   pair.cluster = 3;
   REQUIRE_ERROR(pair.validate(), ErrorKind::kUnsupportedConfig, "'cluster'");
+  // persistent (opt-in here, the prefill's default): bf16 two_consumers, cluster 1.
+  MlaDecodeSparseConfig walk = mla_decode_sparse_default_config(MlaSparseLayout::kBF16, 64);
+  CHECK(!walk.persistent);
+  walk.persistent = true;
+  REQUIRE_NOTHROW(walk.validate());
+  CHECK(MlaDecodeSparseConfig::from_json(walk.to_json()) == walk);
+  CHECK(walk.describe().find("persistent") != std::string::npos);
+  walk.cache_layout = MlaSparseLayout::kFp8;
+  REQUIRE_ERROR(walk.validate(), ErrorKind::kUnsupportedConfig, "'persistent'", "bf16 rows");
+  walk.cache_layout = MlaSparseLayout::kBF16;
+  walk.num_heads = 128;
+  walk.cluster = 2;
+  REQUIRE_ERROR(walk.validate(), ErrorKind::kUnsupportedConfig, "'persistent'", "cluster 1");
   // narrow: fp8 rows, h 8 or 16, block_n 64, stages 4; the fp8 default at h 8 and 16.
   for (int h : {8, 16}) {
     MlaDecodeSparseConfig n = mla_decode_sparse_default_config(MlaSparseLayout::kFp8, h);

@@ -71,7 +71,14 @@ TEST_CASE("mla_prefill_sparse config: defaults, rules, JSON and its kernel", "[m
   CHECK(c.block_n == 64);
   CHECK(c.stages == 4);
   CHECK(c.schedule == MlaSparseSchedule::kTwoConsumers);
+  CHECK(c.persistent);
+  CHECK(c.kernel().persistent);
   REQUIRE_NOTHROW(c.validate());
+  // A JSON config without the field is one CTA per tile, so opt-in schedules stay valid;
+  // asked for together, the rule names the field.
+  CHECK_FALSE(MlaPrefillSparseConfig::from_json(R"({"cluster": 2})").persistent);
+  REQUIRE_ERROR(MlaPrefillSparseConfig::from_json(R"({"cluster": 2, "persistent": true})"),
+                ErrorKind::kUnsupportedConfig, "'persistent'", "cluster 1");
   CHECK(MlaPrefillSparseConfig::from_json(c.to_json()) == c);
   // 32-key steps are softmax_wg's: the default schedule refuses them by name.
   REQUIRE_ERROR(MlaPrefillSparseConfig::from_json(R"({"block_n": 32, "stages": 3})"),

@@ -132,6 +132,19 @@ TEST_CASE("mla_decode_sparse's two_consumers schedule matches float64 on fp8 at 
   run_and_judge(hostile({{"layout", "fp8"}, {"lens", "token"}, {"q_len", 2}}), &two);
 }
 
+TEST_CASE("mla_decode_sparse's persistent two_consumers matches float64", "[gpu][mla_decode_sparse]") {
+  if (!test::gpu_or_skip()) return;
+  // bf16 only: CTAs walk the tokens' head tiles (persistent.cuh). 150 sequences × q_len 2 ×
+  // 2 tiles are more items than SMs, so each CTA runs several, with and without splits;
+  // ragged q leaves slots that are no token, and per-token lengths leave tiles without keys.
+  const json persistent = {{"schedule", "two_consumers"}, {"block_n", 64}, {"stages", 4}, {"persistent", true}};
+  for (int splits : {1, 3})
+    run_and_judge(hostile({{"layout", "bf16"}, {"b", 150}, {"q_len", 2}, {"h", 128}, {"ragged", 1},
+                           {"lens", "token"}, {"sink", "finite"}, {"splits", splits}}),
+                  &persistent);
+  run_and_judge(hostile({{"layout", "bf16"}, {"b", 200}, {"h", 64}, {"topk_extra", 70}}), &persistent);
+}
+
 TEST_CASE("mla_decode_sparse replays from a CUDA graph with new indices",
           "[gpu][mla_decode_sparse][graph]") {
   if (!test::gpu_or_skip()) return;

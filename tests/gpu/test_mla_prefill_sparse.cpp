@@ -91,7 +91,8 @@ TEST_CASE("mla_prefill_sparse matches float64 on hostile edges", "[gpu][mla_pref
 
 TEST_CASE("mla_prefill_sparse's softmax_wg schedule matches float64", "[gpu][mla_prefill_sparse]") {
   if (!test::gpu_or_skip()) return;
-  const json config = {{"schedule", "softmax_wg"}, {"cluster", 1}};  // the default is two_consumers
+  // The default is two_consumers in persistent CTAs.
+  const json config = {{"schedule", "softmax_wg"}, {"cluster", 1}, {"persistent", false}};
   for (int h : {16, 128}) run_and_judge(hostile({{"h", h}, {"sink", "finite"}}), 0, &config);
   run_and_judge(hostile({{"lens", "token"}, {"h", 64}, {"topk", 300}, {"page_size", 40}}), 0, &config);
   run_and_judge(hostile({{"lens", "zero"}, {"h", 32}}), 0, &config);  // no step at all
@@ -99,10 +100,20 @@ TEST_CASE("mla_prefill_sparse's softmax_wg schedule matches float64", "[gpu][mla
   run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500, &config);
 }
 
+TEST_CASE("mla_prefill_sparse's two_consumers without persistent CTAs matches float64", "[gpu][mla_prefill_sparse]") {
+  if (!test::gpu_or_skip()) return;
+  // The default walks the tiles in persistent CTAs (persistent.cuh); one CTA per tile stays
+  // selectable, and it is mla_decode_sparse's bf16 default.
+  const json config = {{"persistent", false}};
+  for (int h : {16, 128}) run_and_judge(hostile({{"h", h}, {"sink", "finite"}, {"lens", "token"}}), 0, &config);
+  run_and_judge(hostile({{"lens", "zero"}, {"h", 64}}), 0, &config);
+  run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500, &config);
+}
+
 TEST_CASE("mla_prefill_sparse at h 128 with the cluster pair matches float64", "[gpu][mla_prefill_sparse]") {
   if (!test::gpu_or_skip()) return;
   // Opt-in cluster 2: the token's two head tiles share each gathered row (pair.cuh).
-  const json config = {{"cluster", 2}};
+  const json config = {{"cluster", 2}, {"persistent", false}};
   run_and_judge(hostile({{"h", 128}, {"sink", "finite"}, {"lens", "token"}}), 0, &config);
   run_and_judge(hostile({{"topk", 1}, {"h", 128}}), 0, &config);
   run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500, &config);

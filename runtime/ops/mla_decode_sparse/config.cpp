@@ -93,6 +93,10 @@ void MlaDecodeSparseConfig::validate() const {
                 fmt::format("2 pairs a token's two 64-head tiles: needs bf16 rows, two_consumers and "
                             "num_heads 65..128; got {}, {}, num_heads {}",
                             to_string(cache_layout), to_string(schedule), num_heads));
+  if (persistent && (fp8 || !two || cluster != 1))
+    fail_config(table().where("persistent"),
+                fmt::format("true needs bf16 rows, two_consumers and cluster 1; got {}, {}, cluster {}",
+                            to_string(cache_layout), to_string(schedule), cluster));
   if (ops::mla_sparse_smem_bytes(*this) > kMaxSmemPerBlock)
     fail_config(table().where("stages"), fmt::format("needs {} B of shared memory, over {}",
                                                      ops::mla_sparse_smem_bytes(*this),

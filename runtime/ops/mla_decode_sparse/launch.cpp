@@ -205,8 +205,20 @@ void launch(const MlaDecodeSparseArgs& a, const Sizes& s, const MlaDecodeSparseC
                splits == 1 ? max_logit : nullptr,
                in_cluster ? 1 : 0,
                0};
+  const int row_tiles = dev::row_tiles(static_cast<int>(s.h));
+  const int64_t items = s.b * s.q_len * row_tiles;
+  if (items > INT32_MAX)
+    fail_arg("q", fmt::format("{} token slots × 64-head tiles exceed the grid's 2^31 - 1", items));
+  ka.items = static_cast<int>(items);
   jit::LaunchShape shape;
-  shape.grid[0] = static_cast<unsigned>(s.b * s.q_len * dev::row_tiles(static_cast<int>(s.h)));
+  shape.grid[0] = static_cast<unsigned>(items);
+  if (c.persistent) {
+    // One CTA per SM (Q and the ring fill its shared memory) for each split, a whole number
+    // of tokens, so that a token's head tiles (adjacent items) run side by side.
+    const int sms = driver::cached_device_info(device).sm_count;
+    const int64_t per_split = std::max<int64_t>(sms / splits / row_tiles, 1) * row_tiles;
+    shape.grid[0] = static_cast<unsigned>(std::min(items, per_split));
+  }
   shape.grid[1] = static_cast<unsigned>(splits);
   shape.cluster[0] = static_cast<unsigned>(c.cluster);  // the token's head tiles: adjacent x
   if (in_cluster) shape.cluster[1] = static_cast<unsigned>(splits);  // the token's splits

@@ -40,6 +40,10 @@ void MlaPrefillSparseConfig::validate() const {
     fail_config(table().where("block_n"), fmt::format("64 needs stages 4, got stages {}", stages));
   if (schedule == MlaSparseSchedule::kTwoConsumers && block_n != 64)  // each consumer's S: 64 keys
     fail_config(table().where("schedule"), fmt::format("two_consumers needs block_n 64, got block_n {}", block_n));
+  if (persistent && (schedule != MlaSparseSchedule::kTwoConsumers || cluster != 1))
+    fail_config(table().where("persistent"),
+                fmt::format("true needs two_consumers and cluster 1, got {} and cluster {}",
+                            to_string(schedule), cluster));
   kernel().validate();  // the kernel's own limits (shared memory)
 }
 
@@ -61,6 +65,7 @@ MlaDecodeSparseConfig MlaPrefillSparseConfig::kernel() const {
   k.schedule = schedule;
   k.stages = stages;
   k.cluster = cluster;
+  k.persistent = persistent;
   return k;
 }
 
@@ -73,6 +78,9 @@ MlaPrefillSparseConfig mla_prefill_sparse_default_config(int num_heads) {
   c.block_n = 64;
   c.stages = 4;
   c.schedule = MlaSparseSchedule::kTwoConsumers;
+  // Persistent CTAs: the next tile's first fills under the current one's tail (config
+  // JSON without the field reads false, so a softmax_wg or cluster-2 config stays valid).
+  c.persistent = true;
   return c;
 }
 
