@@ -27,6 +27,7 @@ tests=(
   "mla_decode_sparse replays from a CUDA graph with new indices"
   "mla_decode_sparse checked mode names the first bad index or length"
   "mla_prefill_sparse replays from a CUDA graph with new indices"
+  "mla_prefill_sparse: one plan serves every token count"
   "mla_prefill_sparse checked mode names the first bad index or length"
   "mla_prefill_sparse: every length 0 gives out 0, lse and max logit -inf"
   "mla_prefill_sparse's softmax_wg schedule matches float64"
