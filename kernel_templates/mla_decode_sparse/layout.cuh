@@ -150,8 +150,7 @@ struct QuantArgs {
   unsigned char* pool;        // [num_rows, 656]
   long long n;
   int num_rows;
-  int items;  // grid x's work, (batch·q_len)·row_tiles: a persistent CTA walks x = blockIdx.x,
-              // + gridDim.x, … below it (persistent.cuh); the others are one item each
+  int pad;
 };
 
 // mla_sparse_remap: logical token positions → physical rows through a block table.
@@ -174,8 +173,7 @@ struct CheckArgs {
   unsigned long long* first_bad;  // (token << 32) | what; ~0 when nothing was found
   QRows q;
   int batch;
-  int items;  // grid x's work, (batch·q_len)·row_tiles: a persistent CTA walks x = blockIdx.x,
-              // + gridDim.x, … below it (persistent.cuh); the others are one item each
+  int pad;
 };
 inline constexpr unsigned kBadIndex = 0;       // main index outside the pool, not -1
 inline constexpr unsigned kBadLength = 1;      // main length > topk (or < 0)
