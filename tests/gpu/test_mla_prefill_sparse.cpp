@@ -2,8 +2,9 @@
 // (hostile indices and lengths, NaN in every unreferenced row, h 8..128, tokens that are no
 // multiple of any tile, sink on and off, lse and max logit checked, paged and flat pools),
 // the edges (1 and 0 tokens, topk 1, every length 0, optional outputs absent, more tokens
-// than a grid dimension holds), one plan for every token count, a CUDA-graph replay with new
-// indices, and the checked mode's reports.
+// than a grid dimension holds), many items a persistent CTA with empty ones among them, one
+// plan for every token count, a CUDA-graph replay with new indices, and the checked mode's
+// reports.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -87,6 +88,18 @@ TEST_CASE("mla_prefill_sparse matches float64 on hostile edges", "[gpu][mla_pref
   run_and_judge(hostile({{"max_logit", 0}, {"lens", "token"}}));
   // Clean data at a larger size: every row finite, 64-head tiles full.
   run_and_judge(json{{"tokens", 300}, {"h", 128}, {"topk", 2048}, {"pool", 32768}}, 1500);
+}
+
+TEST_CASE("mla_prefill_sparse: persistent CTAs walk many items with empty ones among them", "[gpu][mla_prefill_sparse]") {
+  if (!test::gpu_or_skip()) return;
+  // Several items a CTA (the default is persistent; 700 tokens at h 128 are 1400 items over
+  // at most 132 CTAs): the ring's phases and Q's loads carry across items, and an item
+  // without keys (lengths -2 .. topk + 5 clamp some to 0; one-key items; every length 0)
+  // loads no Q and must leave the count right for the next; h 16 and 32 stage rows past h,
+  // which never reach out.
+  for (int h : {16, 32, 128}) run_and_judge(hostile({{"tokens", 700}, {"h", h}, {"topk", 130}, {"lens", "token"}}));
+  run_and_judge(hostile({{"tokens", 500}, {"h", 64}, {"topk", 1}, {"lens", "token"}}));  // one key: 1-step items
+  run_and_judge(hostile({{"tokens", 400}, {"h", 128}, {"lens", "zero"}}));               // no item loads Q
 }
 
 TEST_CASE("mla_prefill_sparse's softmax_wg schedule matches float64", "[gpu][mla_prefill_sparse]") {
