@@ -13,6 +13,10 @@
 // the next Q prefetched into L2 two steps ahead (no change; topk 512 −2 %), and the next Q
 // loaded mid last step with the output stored from the fragments instead of staged
 // (−3 % at the target row, −11 % at topk 512: the unstaged stores cost more than Q's wait).
+// Session 41: the next Q loaded mid last step with the output staged in s.p, a warp at a
+// time: no change, even at topk 512. The next item's first step waits for buffer 0 hi's
+// and buffer 1's gathers, released at the last step's end as at every step boundary, and
+// Q's load ran beside that latency (docs/performance.md, "Four probes at the target row").
 //
 // The roles run their item loops independently, through the same barriers:
 //   the ring       kv_full / kv_empty phases continue across items: each role counts the

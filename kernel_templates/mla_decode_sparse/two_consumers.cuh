@@ -201,6 +201,9 @@ ATTNJIT_DEVICE void exponentiate(float (&sc)[Consumers<P>::kSAcc], const RowStat
   }
 }
 
+// Unconditional: skipping it while no row of the warp moved its max by more than 8 (lazy
+// rescaling, the max P is taken against lagging the true one) measured 1.5 % slower at the
+// prefill's target row (session 41, docs/performance.md).
 ATTNJIT_DEVICE void scale_rows(float (&o)[kValueDim / 4], const float (&f)[2]) {
 #pragma unroll
   for (int i = 0; i < kValueDim / 4; ++i) o[i] *= f[(i / 2) % 2];
