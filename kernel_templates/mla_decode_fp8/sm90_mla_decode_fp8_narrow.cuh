@@ -6,9 +6,10 @@
 // cache. This one transposes the problem so the keys take M and the N = block_m query rows
 // take wgmma's N (8 … 32):
 //
-//   Sᵀ [64 keys × N]   = K_c·Q_cᵀ (16 SS e4m3 k32 steps, each a fresh accumulator added in
-//                        f32: see the qgmma kernel on fp8 accumulation) + K_r·Q_rᵀ (4 bf16
-//                        k16, or 2 e4m3 k32 for 576-byte rows), K and Q straight from TMA;
+//   Sᵀ [64 keys × N]   = K_c·Q_cᵀ (16 SS e4m3 k32 wgmmas, score_chain of them into each fresh
+//                        accumulator added in f32: see the qgmma kernel on fp8 accumulation)
+//                        + K_r·Q_rᵀ (4 bf16 k16, or 2 e4m3 k32 for 576-byte rows), K and Q
+//                        straight from TMA;
 //   y  = Sᵀ·σ_Q·scale·log2e·σ_KV + log2 σ_KV   (σ_KV's logarithm rides in the exponent);
 //   P′ = e4m3(exp2(y − m + 8)) with m the running column max of y: P′ = p·σ_KV up to one
 //        factor per column, its largest value 256 whatever σ's magnitude (issue 19's "P′
@@ -54,6 +55,7 @@ struct Traits {
   // stages 3 on the H200.
   static_assert(P.stages == 2 || P.stages == 4, "2 or 4 ring stages: even, so a stage has one warpgroup");
   static_assert(P.page_size >= 64 && (P.page_size & (P.page_size - 1)) == 0, "pages of 64..256");
+  static_assert(P.score_chain >= 1 && (kContentBoxes * 4) % P.score_chain == 0, "chains that split the 16 k32 steps");
 };
 
 template <auto P>
@@ -122,12 +124,15 @@ ATTNJIT_DEVICE void zero_tail_rows(u8* stage, int first) {
   }
 }
 
-// Sᵀ = K·Qᵀ for one ring stage: 16 e4m3 content steps, then the rope (bf16 k16 × 4, or e4m3
-// k32 × 2 for 576-byte rows), each step into a fresh accumulator added in f32, two in flight.
+// Sᵀ = K·Qᵀ for one ring stage: 16 / score_chain e4m3 content steps of score_chain k32
+// wgmmas each, then the rope (bf16 k16 × 4, or e4m3 k32 × 2 for 576-byte rows), each step
+// into a fresh accumulator added in f32 (fp8 wgmma adds into its accumulator with ~13
+// mantissa bits: the chain's length is the error's), two in flight.
 template <auto P>
 ATTNJIT_DEVICE void scores(float (&acc)[Traits<P>::kAcc], u32 k_addr, u32 q8_addr, u32 qr_addr, bool rope_e4m3) {
   using T = Traits<P>;
-  constexpr int kSteps = kContentBoxes * 4 + 1;
+  constexpr int kChain = P.score_chain;
+  constexpr int kSteps = kContentBoxes * 4 / kChain + 1;
   // Two steps in flight; one at N = 32, where Oᵀ's 128 registers leave no room for a second.
   constexpr int kFlight = T::kRows >= 32 ? 1 : 2;
   const u32 kr_addr = k_addr + kContentBoxes * T::kKChunkBytes;
@@ -140,8 +145,11 @@ ATTNJIT_DEVICE void scores(float (&acc)[Traits<P>::kAcc], u32 k_addr, u32 q8_add
       float(&d)[T::kAcc] = part[j % kFlight];
       wgmma_fence();  // d was read by the adds of step j - kFlight
       if (j < kSteps - 1) {
-        const u32 kb = static_cast<u32>((j / 4) * 128 + (j % 4) * 32);
-        wgmma_ss<DType::kE4M3, T::kRows>(d, KTile<P>::desc(k_addr, kb), QTile<P>::desc(q8_addr, kb), false);
+#pragma unroll
+        for (int kk = 0; kk < kChain; ++kk) {
+          const u32 kb = static_cast<u32>((j * kChain + kk) * 32);  // content byte of this k32
+          wgmma_ss<DType::kE4M3, T::kRows>(d, KTile<P>::desc(k_addr, kb), QTile<P>::desc(q8_addr, kb), kk > 0);
+        }
       } else if (rope_e4m3) {
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk)

@@ -97,6 +97,11 @@ TEST_CASE("mla_decode_fp8 config validation names the field", "[config][mla_deco
     REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.stages = s; }).validate(), ErrorKind::kUnsupportedConfig,
                   "'stages'");
   REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.fp8_mma = 1; }).validate(), ErrorKind::kUnsupportedConfig, "'fp8_mma'");
+  // The narrow kernel chains its score steps by 1 or 2 (longer chains leave the error model).
+  CHECK_NOTHROW(with([&](auto& c) { narrow(c); c.score_chain = 2; }).validate());
+  for (int k : {0, 3, 4})
+    REQUIRE_ERROR(with([&](auto& c) { narrow(c); c.score_chain = k; }).validate(), ErrorKind::kUnsupportedConfig,
+                  "'score_chain'");
   REQUIRE_ERROR(with([](auto& c) { c.block_m = 32; }).validate(), ErrorKind::kUnsupportedConfig, "'block_m'");
   REQUIRE_ERROR(with([](auto& c) { c.schedule = 3; }).validate(), ErrorKind::kUnsupportedConfig, "'schedule'");
   for (int s : {1, 4, 9})

@@ -34,16 +34,19 @@ struct Run {
 
 // The kernels under test: 0 the default (the narrow kernel), 1 the fp8 wgmma kernel
 // (schedule 0, fp8_mma 1), 2 the seesaw (schedule 1), 3 the narrow kernel (schedule 2),
-// named so its tests stay when the default moves, 4 the widening kernel (schedule 0).
+// named so its tests stay when the default moves, 4 the widening kernel (schedule 0), 5 the
+// narrow kernel with Q·Kᵀ promoted to f32 every k32 step (score_chain 1; the default
+// chains 2).
 MlaDecodeFp8Config kernel_config(const MlaDecodeFp8Shape& shape, int kernel) {
   MlaDecodeFp8Config config = mla_decode_fp8_default_config(shape.num_heads, shape.q_len, shape.page_size);
   if (kernel == 0) return config;
-  if (kernel == 3) {  // the narrow kernel: the smallest wgmma N that holds q_len·h rows, else 32
+  if (kernel == 3 || kernel == 5) {  // narrow: the smallest wgmma N that holds q_len·h rows, else 32
     const int rows = config.max_q_len * config.num_heads;
     config.schedule = 2;
     config.block_m = rows <= 8 ? 8 : rows <= 16 ? 16 : 32;
     config.block_n = 64;
     config.stages = 4;
+    config.score_chain = kernel == 5 ? 1 : 2;
     return config;
   }
   config.schedule = kernel == 2 ? 1 : 0;
@@ -55,7 +58,7 @@ MlaDecodeFp8Config kernel_config(const MlaDecodeFp8Shape& shape, int kernel) {
 }
 harness::Fp8Kernel model_of(const MlaDecodeFp8Config& c) { return harness::fp8_kernel_of(c.schedule, c.fp8_mma); }
 const char* kernel_label(int kernel) {
-  static constexpr const char* kLabels[] = {"", "fp8_mma ", "seesaw ", "narrow ", "widening "};
+  static constexpr const char* kLabels[] = {"", "fp8_mma ", "seesaw ", "narrow ", "widening ", "narrow chain 1 "};
   return kLabels[kernel];
 }
 
@@ -320,8 +323,10 @@ void check_kernel_cases(int kernel) {
         const harness::MlaReference ref = harness::mla_reference(p);
         const harness::MlaCompareLimits limits = harness::mla_fp8_limits(ref, r.model);
         const harness::MlaComparison cmp = harness::mla_compare(p, ref, r.out, r.lse, limits);
-        const std::string line = fmt::format("mla_decode_fp8 [{}splits {}{}] {}: {}", kernel_label(kernel), splits,
-                                             three ? " three" : "", c.describe(), cmp.summary());
+        const std::string line =
+            fmt::format("mla_decode_fp8 [{}splits {}{}] {}: {} (limits: rel_l2 {:.1e}, row {:.2f}, lse {:.3e})",
+                        kernel_label(kernel), splits, three ? " three" : "", c.describe(), cmp.summary(),
+                        limits.rel_l2, limits.row_max_err, limits.lse_abs);
         fmt::print("{}\n", line);
         INFO(line);
         CHECK(cmp.passed);
@@ -351,4 +356,10 @@ TEST_CASE("mla_decode_fp8's narrow kernel matches float64", "[gpu][mla_decode_fp
 TEST_CASE("mla_decode_fp8's widening kernel matches float64", "[gpu][mla_decode_fp8][widening]") {
   if (!test::gpu_or_skip()) return;
   check_kernel_cases(4);
+}
+
+TEST_CASE("mla_decode_fp8's narrow kernel with f32 promotion every k32 step matches float64",
+          "[gpu][mla_decode_fp8][narrow]") {
+  if (!test::gpu_or_skip()) return;
+  check_kernel_cases(5);
 }
