@@ -183,6 +183,7 @@ class Fp8Problem final : public Problem {
     const MlaDecodeFp8Plan plan = mla_decode_fp8_plan(shape, overrides ? &given : nullptr);
     // check() judges by that kernel's error model
     kernel_ = harness::fp8_kernel_of(plan.config.schedule, plan.config.fp8_mma);
+    score_chain_ = plan.config.score_chain;
     return prepared_run<MlaDecodeFp8Plan, MlaDecodeFp8Args>(
         plan, overrides, heuristic,
         [this](int) { return args(); }, mla_decode_fp8_schedule, mla_decode_fp8);
@@ -220,7 +221,7 @@ class Fp8Problem final : public Problem {
     std::mt19937_64 sample_gen(7);
     const std::vector<MlaRow> rows = sampled_rows > 0 ? mla_sample_rows(p, sampled_rows, sample_gen) : mla_all_rows(p);
     const MlaReference ref = mla_reference(p, rows);
-    return verdict_of(mla_compare(p, ref, out, lse, mla_fp8_limits(ref, kernel_)));
+    return verdict_of(mla_compare(p, ref, out, lse, mla_fp8_limits(ref, kernel_, score_chain_)));
   }
 
   std::string compare(const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) const override {
@@ -253,6 +254,7 @@ class Fp8Problem final : public Problem {
   std::vector<int32_t> table_, ref_table_;
   int max_pages_ = 0, num_pages_ = 0;
   harness::Fp8Kernel kernel_ = harness::Fp8Kernel::kWidening;  // the prepared config's kernel
+  int score_chain_ = 1;                                          // and its score chain
   std::vector<uint8_t> q_host_, chunk_;
   std::vector<float> qs_host_, chunk_scale_;
   DeviceBuffer q_, qs_, kv_, rope_, ks_, table_d_, lens_d_, out_d_, lse_d_;

@@ -42,6 +42,7 @@ tests=(
   "mla_decode_fp8's fp8 wgmma kernel matches float64"
   "mla_decode_fp8's seesaw kernel matches float64"
   "mla_decode_fp8's narrow kernel matches float64"
+  "mla_decode_fp8's narrow kernel with f32 promotion every k32 step matches float64"
   "mla_decode_fp8's widening kernel matches float64"
 )
 status=0

@@ -26,10 +26,19 @@ using namespace attnjit::test::mla_fp8;
 
 namespace {
 
+// The kernel that ran and its score chain: their error model judges the output.
+struct Model {
+  harness::Fp8Kernel kernel;
+  int score_chain;
+};
+harness::MlaCompareLimits limits_of(const harness::MlaReference& ref, const Model& m) {
+  return harness::mla_fp8_limits(ref, m.kernel, m.score_chain);
+}
+
 struct Run {
   std::vector<float> out, lse;
   std::vector<uint8_t> bytes;
-  harness::Fp8Kernel model;  // the kernel that ran: its error model judges the output
+  Model model;
 };
 
 // The kernels under test: 0 the default (the narrow kernel), 1 the fp8 wgmma kernel
@@ -56,7 +65,7 @@ MlaDecodeFp8Config kernel_config(const MlaDecodeFp8Shape& shape, int kernel) {
   config.fp8_mma = kernel == 1 ? 1 : 0;
   return config;
 }
-harness::Fp8Kernel model_of(const MlaDecodeFp8Config& c) { return harness::fp8_kernel_of(c.schedule, c.fp8_mma); }
+Model model_of(const MlaDecodeFp8Config& c) { return {harness::fp8_kernel_of(c.schedule, c.fp8_mma), c.score_chain}; }
 const char* kernel_label(int kernel) {
   static constexpr const char* kLabels[] = {"", "fp8_mma ", "seesaw ", "narrow ", "widening ", "narrow chain 1 "};
   return kLabels[kernel];
@@ -80,9 +89,9 @@ Run run(Fp8Data& d, bool three, int num_splits, int kernel = 0) {
 }
 
 void judge_problem(const harness::MlaProblem& p, const std::vector<float>& out, const std::vector<float>& lse,
-                   const std::string& line_head, harness::Fp8Kernel model) {
+                   const std::string& line_head, const Model& model) {
   const harness::MlaReference ref = harness::mla_reference(p);
-  const harness::MlaCompareLimits limits = harness::mla_fp8_limits(ref, model);
+  const harness::MlaCompareLimits limits = limits_of(ref, model);
   const harness::MlaComparison c = harness::mla_compare(p, ref, out, lse, limits);
   const std::string line = fmt::format("{}: {}", line_head, c.summary());
   fmt::print("{}\n", line);
@@ -321,7 +330,7 @@ void check_kernel_cases(int kernel) {
         const Run r = run(d, three, splits, kernel);
         const harness::MlaProblem p = d.problem();
         const harness::MlaReference ref = harness::mla_reference(p);
-        const harness::MlaCompareLimits limits = harness::mla_fp8_limits(ref, r.model);
+        const harness::MlaCompareLimits limits = limits_of(ref, r.model);
         const harness::MlaComparison cmp = harness::mla_compare(p, ref, r.out, r.lse, limits);
         const std::string line =
             fmt::format("mla_decode_fp8 [{}splits {}{}] {}: {} (limits: rel_l2 {:.1e}, row {:.2f}, lse {:.3e})",
