@@ -362,17 +362,25 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
     float cmax[T::kCols];
 #pragma unroll
     for (int c = 0; c < T::kCols; ++c) cmax[c] = neg_inf();
+    const auto to_y = [&](bool causal) {  // inlined twice, once a constant each way
 #pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) {
-      const int c = acc_col_of(i), rr = (i / 2) % 2;
-      // σ is 0 past the length; with q_len > 1 query token j sees keys < len − q_len + j + 1
-      // (recomputed here: a per-column limit array costs the registers N = 32 lacks).
-      const bool causal_ok =
-          P.max_q_len == 1 || key0 + 8 * rr <= t.len - t.seq.q_len + (t.row0 + acc_column(tid, c)) / P.num_heads;
-      const bool vis = causal_ok && sg[rr] > 0.0f;
-      acc[i] = vis ? acc[i] * s.cq[wg][acc_column(tid, c)] * sg[rr] + lg[rr] : neg_inf();
-      cmax[c] = fmaxf(cmax[c], acc[i]);
-    }
+      for (int i = 0; i < T::kAcc; ++i) {
+        const int c = acc_col_of(i), rr = (i / 2) % 2;
+        // σ is 0 past the length; with q_len > 1 query token j sees keys < len − q_len + j + 1
+        // (recomputed here: a per-column limit array costs the registers N = 32 lacks).
+        const bool causal_ok =
+            !causal || key0 + 8 * rr <= t.len - t.seq.q_len + (t.row0 + acc_column(tid, c)) / P.num_heads;
+        const bool vis = causal_ok && sg[rr] > 0.0f;
+        acc[i] = vis ? acc[i] * s.cq[wg][acc_column(tid, c)] * sg[rr] + lg[rr] : neg_inf();
+        cmax[c] = fmaxf(cmax[c], acc[i]);
+      }
+    };
+    // A tile every query token sees whole (its last key at or before token 0's limit, as all
+    // but the last tiles of a sequence) skips the per-element causal test.
+    if (P.max_q_len == 1 || (tile + 1) * P.block_n <= t.len - t.seq.q_len + 1)
+      to_y(false);
+    else
+      to_y(true);
     column_reduce_max<P>(cmax, s.red[wg], wg);
     float alpha[T::kCols], shift[T::kCols];
 #pragma unroll
