@@ -13,6 +13,7 @@
 #include "attnjit/error.hpp"
 #include "attnjit/ops/tma_copy.hpp"
 #include "attnjit/tma.hpp"
+#include "attnjit_commit.h"  // ATTNJIT_GIT_COMMIT, stamped at every build (cmake/write_commit.cmake)
 #include "bench_util.hpp"
 #include "cli.hpp"
 #include "driver/driver.hpp"
@@ -21,10 +22,6 @@
 #include "jit/kernel_table.hpp"
 #include "jit/key_record.hpp"
 #include "ops/registry.hpp"
-
-#ifndef ATTNJIT_GIT_COMMIT
-#define ATTNJIT_GIT_COMMIT "unknown"
-#endif
 
 namespace attnjit::cli {
 
