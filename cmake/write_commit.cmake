@@ -2,14 +2,15 @@
 # configure-time stamp goes stale with the next commit and an incremental build).
 #   cmake -DSRC=<source dir> -DOUT=<header> -P write_commit.cmake
 # "-dirty" when tracked files differ from that commit; "unknown" outside a git checkout
-# (the GPU machine's copies; ATTNJIT_COMMIT names the commit at run time there).
+# (the GPU machine's copies). ATTNJIT_COMMIT, when set at run time, is reported instead.
 execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY "${SRC}"
                 OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT commit)
   set(commit unknown)
 else()
+  # 1: tracked files differ; an error (a locked index, an unsafe directory) is not dirt.
   execute_process(COMMAND git diff --quiet HEAD -- WORKING_DIRECTORY "${SRC}" RESULT_VARIABLE dirty ERROR_QUIET)
-  if(NOT dirty EQUAL 0)
+  if(dirty EQUAL 1)
     string(APPEND commit "-dirty")
   endif()
 endif()

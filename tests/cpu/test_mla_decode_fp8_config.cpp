@@ -162,13 +162,15 @@ TEST_CASE("mla_decode_fp8's seesaw kernel compiles with its producer and mla_dec
 
 TEST_CASE("mla_decode_fp8's narrow kernel compiles with QGMMA, TMA and no spills",
           "[jit][nvrtc][mla_decode_fp8]") {
-  for (const auto& [h, q, block_m, stages] :
-       {std::array<int, 4>{8, 1, 8, 4}, {16, 1, 16, 2}, {16, 2, 32, 4}, {128, 8, 32, 2}}) {
+  for (const auto& [h, q, block_m, stages, chain] :
+       {std::array<int, 5>{8, 1, 8, 4, 2}, {16, 1, 16, 2, 2}, {16, 2, 32, 4, 2}, {128, 8, 32, 2, 2},
+        {128, 2, 32, 4, 1}}) {  // the last: Q·Kᵀ promoted every k32 step (score_chain 1)
     MlaDecodeFp8Config c = mla_decode_fp8_default_config(h, q, 64);
     c.schedule = 2;
     c.block_m = block_m;
     c.block_n = 64;
     c.stages = stages;
+    c.score_chain = chain;
     INFO(c.describe());
     if (auto sass = compile_clean(c)) {
       CHECK(test::count_opcode(*sass, "QGMMA") >= 2);  // Kᵀ·Q content and Vᵀ·P′ᵀ
