@@ -56,7 +56,7 @@ ATTNJIT_PLAN long long q_scale_index(int mode, long long token, int head, int nu
 //   narrow (schedule 2): Q content e4m3 (4 × [N][128 B]) and rope ([N][128 B]), the fp8 ring
 //     of 64-key stages (the only K/V copy; the warpgroups' merge reuses it), P′ per consumer
 //     warpgroup (e4m3 [N][64]), its columns' σ_Q factors, the per-warp column exchange,
-//     each warpgroup's final m and l, the mbarriers. N = block_m query rows.
+//     each warpgroup's final m and l, the epilogue's slot, the mbarriers. N = block_m query rows.
 inline constexpr int kNarrowConsumers = 2;  // schedule 2's warpgroups, each its own tiles
 ATTNJIT_PLAN unsigned smem_bytes(int block_m, int block_n, int stages, int fp8_mma = 0, int schedule = 0) {
   if (schedule == 1) return layout::mla_decode::smem_bytes(2, block_m, block_n, stages, /*seesaw=*/true);
@@ -66,7 +66,7 @@ ATTNJIT_PLAN unsigned smem_bytes(int block_m, int block_n, int stages, int fp8_m
   int body;
   if (schedule == 2) {
     body = block_m * kRowBytes + ring +
-           kNarrowConsumers * (block_m * block_n + block_m * 4 + 4 * block_m * 4 + 2 * block_m * 4) + barriers;
+           kNarrowConsumers * (block_m * block_n + block_m * 4 + 4 * block_m * 4 + 2 * block_m * 4) + 4 + barriers;
   } else if (fp8_mma) {
     body = block_m * kContentBytes + block_m * kRopeBytes + ring + block_m * block_n +
            stages * block_n * 4 + stats + 16 + barriers;

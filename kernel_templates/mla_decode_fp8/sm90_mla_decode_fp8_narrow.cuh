@@ -21,7 +21,9 @@
 // and one exchange through shared memory per tile.
 //
 // Two consumer warpgroups, no producer: warpgroup w takes the CTA's tiles w, w + 2, …, each
-// with its own m, l and Oᵀ; one thread of each refills the ring stage its tile freed; the
+// with its own m, l and Oᵀ; one thread of each refills the ring stage its previous tile
+// freed once the next tile's column-max barrier shows every thread past it (at 2 stages
+// that stage is the next tile's: refilled at the end of the tile); the
 // two states merge at the end (each warpgroup writes half of the dims). Rows past a
 // sequence's length: content bytes zeroed in the ring before any MMA reads them (0·NaN is
 // NaN inside the MMA), σ and P′ 0 by selection. Split, schedule and epilogue contract are
@@ -68,6 +70,7 @@ struct SharedStorage {
   float cq[T::kConsumers][T::kRows];                     // per column: σ_Q·scale·log2e
   float red[T::kConsumers][4][T::kRows];                 // per warp: a column max, then l
   float stats[T::kConsumers][2][T::kRows];               // each warpgroup's final m and l
+  int slot;  // md::Tile::slot, read back by the epilogue: no register holds it over the walk
   MBarrier q_full;
   MBarrier kv_full[P.stages];
 };
@@ -84,6 +87,13 @@ template <auto P>
 using QTile = WgmmaKMajorTile<Swizzle::k128B, P.block_m>;  // B: query rows × K bytes
 template <auto P>
 using PTile = WgmmaKMajorTile<Swizzle::kNone, P.block_m>;  // B of P·V: rows × 64 key positions
+
+// P′ = e4m3(exp2(y − m + kHeadroom)): 256 at the column max m, exact, and e4m3 holds p·σ
+// down to 2^-14 of it in its normal range. (A max allowed to lag the true one by up to
+// 2.5, which skips most rescales, measured 3 % faster at h 128 and 25 % higher rel_l2: the
+// largest weight is no longer exact. docs/performance.md, session 43.)
+inline constexpr float kHeadroom = 8.0f;
+inline constexpr float kInvHeadroom = 1.0f / 256.0f;  // 2^-kHeadroom
 
 // Named barrier 1 + w is warpgroup w's own (128 threads); the merge uses __syncthreads.
 ATTNJIT_DEVICE u32 own_barrier(int wg) { return 1u + static_cast<u32>(wg); }
@@ -133,8 +143,9 @@ ATTNJIT_DEVICE void scores(float (&acc)[Traits<P>::kAcc], u32 k_addr, u32 q8_add
   using T = Traits<P>;
   constexpr int kChain = P.score_chain;
   constexpr int kSteps = kContentBoxes * 4 / kChain + 1;
-  // Two steps in flight; one at N = 32, where Oᵀ's 128 registers leave no room for a second.
-  constexpr int kFlight = T::kRows >= 32 ? 1 : 2;
+  // Two steps in flight: the next step's wgmma runs under this one's adds. (At N = 32 the
+  // second step's 16 registers fit once the epilogue's slot is kept in shared memory.)
+  constexpr int kFlight = 2;
   const u32 kr_addr = k_addr + kContentBoxes * T::kKChunkBytes;
   float part[kFlight][T::kAcc];
 #pragma unroll
@@ -262,12 +273,14 @@ ATTNJIT_DEVICE void hand_over(SharedStorage<P>& s, const float (&o)[Traits<P>::k
 // The merge and warpgroup kHalf's half of the output (dims 256·kHalf ..), after both
 // hand_overs.
 template <auto P, int kHalf>
-ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const md::Tile& t,
+ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const md::Tile& walked,
                            float (&o)[Traits<P>::kDimBlocks][Traits<P>::kAcc], const float (&m)[Traits<P>::kCols],
                            const float (&l)[Traits<P>::kCols]) {
   using T = Traits<P>;
   constexpr int kMine = 4 * kHalf;
   const int tid = thread_in_warpgroup(), warp = tid / 32, g = (tid % 32) / 4;
+  md::Tile t = walked;
+  t.slot = s.slot;  // (walked's slot is dead since the walk began)
   float l_all[T::kCols], m_all[T::kCols];
   merge_half<T::kAcc, kHalf>(exchange(s), o, m, l, s.stats[1 - kHalf][0], s.stats[1 - kHalf][1], m_all, l_all);
 
@@ -280,7 +293,7 @@ ATTNJIT_DEVICE void finish(SharedStorage<P>& s, const Args& a, const md::Tile& t
   for (int c = 0; c < T::kCols; ++c) {
     const int n = acc_column(tid, c);
     if (t.row0 + n >= rows_b) continue;
-    const float inv_l = l_all[c] > 0.0f ? (1.0f / 256.0f) / l_all[c] : 0.0f;
+    const float inv_l = l_all[c] > 0.0f ? kInvHeadroom / l_all[c] : 0.0f;
     const i64 base = (rows.row0 + n) * kValueDim + 16 * warp + 2 * g;
     const int i0 = 4 * (c / 2) + c % 2;  // column c's accumulators: rows g (i0) and g + 8 (i0 + 2)
 #pragma unroll
@@ -357,7 +370,7 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
     for (int rr = 0; rr < 2; ++rr) {
       const bool ok = sg[rr] > 0.0f;  // 0 past the length (fetch_sigma), NaN fails too
       lg[rr] = ok ? __log2f(sg[rr]) : neg_inf();
-      inv[rr] = ok ? (1.0f / 256.0f) / sg[rr] : 0.0f;
+      inv[rr] = ok ? kInvHeadroom / sg[rr] : 0.0f;
     }
     float cmax[T::kCols];
 #pragma unroll
@@ -382,34 +395,45 @@ ATTNJIT_DEVICE void consumer(SharedStorage<P>& s, const TmaDesc& kv_map, const T
     else
       to_y(true);
     column_reduce_max<P>(cmax, s.red[wg], wg);
-    float alpha[T::kCols], shift[T::kCols];
+    // Every thread of this warpgroup is past the previous tile's P·V: refill its stage.
+    if (P.stages == 4 && tid == 0 && n >= T::kConsumers && n - T::kConsumers + P.stages < count)
+      load_kv<P>(s, kv_map, rope_map, a, t.batch, tile - T::kConsumers + P.stages, n - T::kConsumers + P.stages);
+    // A column's rescale factor is 1 unless its max grew; a tile where no column's did (every
+    // warp holds all N columns, so the vote is the same in all four) skips Oᵀ's rescale,
+    // 16·N / 4 multiplies a thread.
+    bool grew = false;
 #pragma unroll
-    for (int c = 0; c < T::kCols; ++c) {
-      const float m_new = fmaxf(m[c], cmax[c]);
-      const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no visible key yet: p = 0
-      alpha[c] = exp2f(m[c] - m_use);
-      shift[c] = m_use - 8.0f;  // P′ ≤ 2^8: e4m3 holds p·σ down to 2^-14 of the max normal
-      m[c] = m_new;
-      l[c] *= alpha[c];
+    for (int c = 0; c < T::kCols; ++c) grew = grew || cmax[c] > m[c];
+    if (__any_sync(0xffffffffu, grew)) {
+      float alpha[T::kCols];
+#pragma unroll
+      for (int c = 0; c < T::kCols; ++c) {
+        const bool up = cmax[c] > m[c];  // m = -inf: any visible key
+        alpha[c] = up ? exp2f(m[c] - cmax[c]) : 1.0f;
+        m[c] = up ? cmax[c] : m[c];
+        l[c] *= alpha[c];
+      }
+#pragma unroll
+      for (int mb = 0; mb < T::kDimBlocks; ++mb)
+#pragma unroll
+        for (int i = 0; i < T::kAcc; ++i) o[mb][i] *= alpha[acc_col_of(i)];
     }
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) {
       const int c = acc_col_of(i), rr = (i / 2) % 2;
-      const float p = exp2f(acc[i] - shift[c]);
+      const float shift = (m[c] == neg_inf() ? 0.0f : m[c]) - kHeadroom;  // no visible key yet: p = 0
+      const float p = exp2f(acc[i] - shift);
       l[c] += p * inv[rr];
       acc[i] = p;
     }
-#pragma unroll
-    for (int mb = 0; mb < T::kDimBlocks; ++mb)
-#pragma unroll
-      for (int i = 0; i < T::kAcc; ++i) o[mb][i] *= alpha[acc_col_of(i)];
     store_p<P>(acc, s.p8[wg]);
     fence_proxy_async_smem();  // P′ is read by wgmma
     named_barrier_sync(own_barrier(wg), kWarpgroupThreads);
     accumulate_pv<P>(o, stage_addr, p_addr);
-    // Every thread's ldmatrix and wgmma of this stage are done: refill it.
-    named_barrier_sync(own_barrier(wg), kWarpgroupThreads);
-    if (tid == 0 && n + P.stages < count) load_kv<P>(s, kv_map, rope_map, a, t.batch, tile + P.stages, n + P.stages);
+    if (P.stages == 2) {  // the next tile is this stage's: refill it now, once all are done
+      named_barrier_sync(own_barrier(wg), kWarpgroupThreads);
+      if (tid == 0 && n + P.stages < count) load_kv<P>(s, kv_map, rope_map, a, t.batch, tile + P.stages, n + P.stages);
+    }
   }
 
   // l over the warpgroup (lanes, then warps); this warpgroup's final m and l to smem.
@@ -461,6 +485,7 @@ __global__ void __launch_bounds__(Traits<P>::kThreads, 1)
   auto& s = *reinterpret_cast<SharedStorage<P>*>(smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u));
   init_cta<kDynamicSmemBytes<P>, P.stages>(s, q_map, kv_map, rope_map);
   const md::Tile t = md::locate<P>(args.base, item);
+  if (threadIdx.x == 0) s.slot = t.slot;  // read after the merge's barriers
   if (threadIdx.x == 0 && t.tile_begin < t.tile_end) {
     load_q8<P>(s, q_map, t);
     for (int i = 0; i < P.stages && t.tile_begin + i < t.tile_end; ++i)
