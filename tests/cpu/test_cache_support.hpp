@@ -87,13 +87,8 @@ struct CliResult {
   std::string out;  // stdout (and stderr when merged)
 };
 
-// Runs `attnjit <args>` through sh; `args` is shell text. stderr goes to stdout when
-// `merge_stderr`, else is discarded.
-// `env` ("NAME=value ...") is set for the CLI only.
-inline CliResult run_cli(const std::string& args, bool merge_stderr = false,
-                         const std::string& env = "") {
-  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + ATTNJIT_CLI_PATH + " " + args +
-                          (merge_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs shell text `cmd` through sh: its stdout and exit status.
+inline CliResult run_shell(const std::string& cmd) {
   CliResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -103,6 +98,15 @@ inline CliResult run_cli(const std::string& args, bool merge_stderr = false,
   if (WIFEXITED(status)) r.rc = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.rc = 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs `attnjit <args>` through sh; `args` is shell text. stderr goes to stdout when
+// `merge_stderr`, else is discarded.
+// `env` ("NAME=value ...") is set for the CLI only.
+inline CliResult run_cli(const std::string& args, bool merge_stderr = false,
+                         const std::string& env = "") {
+  return run_shell((env.empty() ? "" : "env " + env + " ") + ATTNJIT_CLI_PATH + " " + args +
+                   (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 inline nlohmann::json json_of(const CliResult& r) {

@@ -216,14 +216,9 @@ TEST_CASE("attnjit --version names the commit and the kernel templates' digest",
   // HEAD's, not the one the build directory was configured at.
   // ATTNJIT_COMMIT, which a GPU run sets, would be reported over the stamp: cleared here.
   const auto stamped = run_cli("--version", false, "ATTNJIT_COMMIT=");
-  std::string head;
-  const std::string git_cmd = "git -C " + test::shell_quote(ATTNJIT_SOURCE_DIR) + " rev-parse --short=12 HEAD 2>/dev/null";
-  if (FILE* git = ::popen(git_cmd.c_str(), "r")) {
-    char buf[64];
-    head.assign(buf, std::fread(buf, 1, sizeof(buf), git));
-    ::pclose(git);
-    while (!head.empty() && (head.back() == '\n' || head.back() == '\r')) head.pop_back();
-  }
+  std::string head =
+      test::run_shell("git -C " + test::shell_quote(ATTNJIT_SOURCE_DIR) + " rev-parse --short=12 HEAD 2>/dev/null").out;
+  while (!head.empty() && (head.back() == '\n' || head.back() == '\r')) head.pop_back();
   if (head.size() >= 12)
     CHECK(stamped.out.find("commit " + head) != std::string::npos);
   else
